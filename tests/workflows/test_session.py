@@ -1,0 +1,431 @@
+"""AgentSession on a real Temporal dev server, driven by the scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+
+from tests.conftest import respond, save_history, text, tool_use
+from worker.sessions import KeelClient, RequestRejected
+from workflows.contracts import PromptInput, SessionConfig, SessionInput
+from workflows.messages import Message, tool_uses
+from workflows.session import AgentSession
+
+
+def sid() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+def no_dangling(messages: list[Message]) -> None:
+    """Every toolUse is answered by a toolResult in the very next message (S5)."""
+    for i, msg in enumerate(messages):
+        ids = [u.toolUseId for u in tool_uses(msg)]
+        if not ids:
+            continue
+        assert i + 1 < len(messages), f"message {i} ends the conversation with a toolUse"
+        answered = [b.toolResult.toolUseId for b in messages[i + 1].content if b.toolResult]
+        assert answered[: len(ids)] == ids
+
+
+def result_texts(message: Message) -> list[tuple[str, str, str]]:
+    out = []
+    for block in message.content:
+        if block.toolResult is not None:
+            body = block.toolResult.content[0]
+            value = body.text if body.text is not None else str(body.json_)
+            out.append((block.toolResult.toolUseId, block.toolResult.status, value))
+    return out
+
+
+async def test_two_cycle_tool_turn(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [
+            respond(text("let me echo"), tool_use("t1", "echo", text="hi"), stop="tool_use"),
+            respond(text("echoed: hi")),
+        ],
+        system="be brief",
+    )
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "echo hi", config=config, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "two_cycle_tool_turn")
+
+    assert record.status == "completed" and record.stop_reason == "end_turn"
+    assert record.cycles == 2
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+    assert result_texts(state.messages[2]) == [("t1", "success", "hi")]
+    assert state.usage.totalTokens == 40 and record.usage.totalTokens == 40
+    requests = model_log()
+    assert len(requests) == 2
+    assert requests[0]["system"] == "be brief"
+    assert [t["toolSpec"]["name"] for t in requests[0]["tools"]].count("echo") == 1
+    # the second call sees the tool result the first one asked for
+    assert requests[1]["messages"][2]["content"][0]["toolResult"]["toolUseId"] == "t1"
+    kinds = [e.type for e in state.events]
+    assert kinds[:3] == ["prompt_queued", "turn_started", "message_added"]
+    assert kinds.index("tool_finished") < kinds.index("turn_ended")
+    assert kinds[-1] == "turn_ended"
+    assert [e.seq for e in state.events] == list(range(1, len(state.events) + 1))
+
+
+async def test_deferred_append_seen_mid_tool(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script(
+        [
+            respond(tool_use("slow1", "slow", seconds=2.0, label="done"), stop="tool_use"),
+            respond(text("finished")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "go slow", config=config)
+        seen_mid_tool = None
+        for _ in range(100):
+            pending = await keel.pending(session)
+            if pending.running:
+                seen_mid_tool = await keel.state(session)
+                break
+            await asyncio.sleep(0.05)
+        assert seen_mid_tool is not None, "never saw the tool running"
+        # the assistant message sits in pending state, not in the conversation (S5)
+        assert [m.role for m in seen_mid_tool.messages] == ["user"]
+        assert seen_mid_tool.pending.message is not None
+        assert tool_uses(seen_mid_tool.pending.message)[0].toolUseId == "slow1"
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "completed"
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+    assert state.pending.message is None
+    no_dangling(state.messages)
+
+
+async def test_imported_trailing_tool_use_is_never_run(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "side-effect.txt"
+    history = [
+        Message.model_validate({"role": "user", "content": [text("write it")]}),
+        Message.model_validate(
+            {
+                "role": "assistant",
+                "content": [tool_use("evil", "record", path=str(target), value="x")],
+            }
+        ),
+    ]
+    # responses[i] answers the call that sees i assistant messages; history holds one already
+    config = script([respond(text("unused")), respond(text("I will not assume the tool ran"))])
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "continue", config=config, messages=history, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "imported_trailing_tool_use")
+
+    assert record.status == "completed"
+    assert not target.exists(), "a toolUse from imported history was executed"
+    first = model_log()[0]["messages"]
+    assert len(first) == 3  # the model was called first, not the tool (S2)
+    last_user = first[-1]["content"]
+    assert last_user[0]["toolResult"]["toolUseId"] == "evil"
+    assert last_user[0]["toolResult"]["status"] == "error"
+    assert "not executed" in last_user[0]["toolResult"]["content"][0]["text"]
+    assert last_user[1] == {"text": "continue"}
+    assert not any(e.type == "tool_started" for e in state.events)
+    no_dangling(state.messages)
+
+
+async def test_parallel_tools_take_the_slowest_time_results_in_order(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script(
+        [
+            respond(
+                tool_use("a", "slow", seconds=1.5, label="A"),
+                tool_use("b", "slow_sync", seconds=0.5, label="B"),
+                tool_use("c", "slow", seconds=1.0, label="C"),
+                stop="tool_use",
+            ),
+            respond(text("all done")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        start = time.monotonic()
+        record = await keel.run(session, "three at once", config=config, timeout_s=30)
+        elapsed = time.monotonic() - start
+        state = await keel.state(session)
+    assert record.status == "completed"
+    # one after another they would take 3.0 s of tool time alone
+    assert elapsed < 2.9, f"tools did not run in parallel: turn took {elapsed:.2f}s"
+    assert result_texts(state.messages[2]) == [
+        ("a", "success", "A"),
+        ("b", "success", "B"),
+        ("c", "success", "C"),
+    ]
+    finished = [e.detail["id"] for e in state.events if e.type == "tool_finished"]
+    assert finished == ["b", "c", "a"]  # they finished in time order; results kept use order
+
+
+async def test_tool_failures_become_error_results_and_session_stays_healthy(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [
+            respond(
+                tool_use("u1", "no_such_tool", x=1),
+                tool_use("u2", "add", a="not a number", b=2),
+                tool_use("u3", "boom", message="kaboom"),
+                tool_use("u4", "hang"),
+                tool_use("u5", "add", a=2, b=3),
+                stop="tool_use",
+            ),
+            respond(text("some tools failed")),
+            respond(text("second turn fine")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "try everything", config=config, timeout_s=60)
+        second = await keel.run(session, "still there?", timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "tool_failures")
+
+    assert first.status == "completed" and second.status == "completed"
+    results = dict((i, (s, t)) for i, s, t in result_texts(state.messages[2]))
+    assert results["u1"][0] == "error" and "unknown tool 'no_such_tool'" in results["u1"][1]
+    assert results["u2"][0] == "error" and "a" in results["u2"][1] and "add" in results["u2"][1]
+    assert results["u3"][0] == "error" and "kaboom" in results["u3"][1]
+    assert results["u4"][0] == "error" and "timed out" in results["u4"][1]
+    assert results["u5"] == ("success", "5")
+    seen = model_log()[1]["messages"][2]["content"]
+    assert [b["toolResult"]["status"] for b in seen] == ["error"] * 4 + ["success"]
+    no_dangling(state.messages)
+
+
+async def test_max_tokens_recovery(keel: KeelClient, run_worker: Any, script: Any) -> None:
+    config = script(
+        [
+            respond(text("I will call"), tool_use("cut", "echo", text="hal"), stop="max_tokens"),
+            respond(text("recovered")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "long answer", config=config, timeout_s=30)
+        second = await keel.run(session, "shorter please", timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "max_tokens")
+
+    assert first.status == "failed" and first.stop_reason == "max_tokens"
+    assert first.error is not None and "max_tokens" in first.error
+    appended = state.messages[1]
+    assert appended.role == "assistant" and not tool_uses(appended)
+    assert appended.content[0].text == "I will call"
+    assert "was not run" in (appended.content[1].text or "")
+    turn1 = [e for e in state.events if e.turn == 1]
+    kinds = [e.type for e in turn1]
+    assert kinds.index("message_added", kinds.index("model_called")) < kinds.index("turn_ended")
+    assert second.status == "completed"
+    assert not any(e.type == "tool_started" for e in state.events)
+    no_dangling(state.messages)
+
+
+async def test_queued_prompts_run_in_order(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [
+            respond(tool_use("s", "slow", seconds=1.0, label="x"), stop="tool_use"),
+            respond(text("one")),
+            respond(text("two")),
+            respond(text("three")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        acks = [await keel.prompt(session, "first", config=config)]
+        acks.append(await keel.prompt(session, "second"))
+        acks.append(await keel.prompt(session, "third"))
+        assert [a.turn_id for a in acks] == [1, 2, 3]
+        assert acks[2].queued_behind >= 1
+        records = [await keel.wait_turn(session, a.turn_id, timeout_s=30) for a in acks]
+        state = await keel.state(session)
+    assert [r.status for r in records] == ["completed"] * 3
+    user_texts = [b.text for m in state.messages if m.role == "user" for b in m.content if b.text]
+    assert user_texts == ["first", "second", "third"]
+    assert [r.message.content[0].text for r in records if r.message] == ["one", "two", "three"]
+    started = [e.turn for e in state.events if e.type == "turn_started"]
+    ended = [e.turn for e in state.events if e.type == "turn_ended"]
+    assert started == ended == [1, 2, 3]
+    assert len(model_log()) == 4
+
+
+@pytest.mark.parametrize(
+    ("content", "role", "expected"),
+    [
+        ([tool_use("x", "echo", text="pwned")], "user", "toolUse block"),
+        (
+            [{"toolResult": {"toolUseId": "x", "status": "success", "content": [{"text": "ok"}]}}],
+            "user",
+            "toolResult block",
+        ),
+        ([{"reasoningContent": {"reasoningText": {"text": "think"}}}], "user", "reasoningContent"),
+        ([text("hello")], "assistant", "role 'user'"),
+        ([], "user", "at least one content block"),
+        ([text("   ")], "user", "empty text"),
+    ],
+)
+async def test_prompts_with_non_user_content_are_rejected(
+    keel: KeelClient,
+    run_worker: Any,
+    script: Any,
+    model_log: Any,
+    content: list[dict[str, Any]],
+    role: str,
+    expected: str,
+) -> None:
+    config = script([respond(text("hello")), respond(text("never"))])
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "hi", config=config, timeout_s=30)
+        handle = keel.client.get_workflow_handle(session)
+        before = len((await handle.fetch_history()).events)
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await handle.execute_update(
+                "prompt", PromptInput.model_validate({"content": content, "role": role})
+            )
+        assert expected in str(caught.value.cause)
+        after = len((await handle.fetch_history()).events)
+        state = await keel.state(session)
+    assert after == before, "a rejected prompt wrote to history"
+    assert len(state.turns) == 1
+    assert len(model_log()) == 1
+
+
+async def test_client_rejection_names_the_problem(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script([respond(text("hello"))])
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "hi", config=config, timeout_s=30)
+        bad = [tool_use("x", "echo", text="pwned")]
+        with pytest.raises(RequestRejected, match="toolUse block"):
+            await keel.prompt(
+                session, [Message.model_validate({"role": "user", "content": bad}).content[0]]
+            )
+
+
+async def test_cancel_mid_tool_leaves_no_dangling_tool_use(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script(
+        [
+            respond(
+                tool_use("long", "slow", seconds=60.0, label="never"),
+                tool_use("quick", "echo", text="ok"),
+                stop="tool_use",
+            ),
+            respond(text("after cancel")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "start something long", config=config)
+        for _ in range(100):
+            pending = await keel.pending(session)
+            if [u.toolUseId for u in pending.running] == ["long"]:
+                break
+            await asyncio.sleep(0.05)
+        start = time.monotonic()
+        cancelled = await keel.cancel(session, "user changed their mind")
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=20)
+        took = time.monotonic() - start
+        with pytest.raises(RequestRejected, match="no turn is running"):
+            await keel.cancel(session)
+        after = await keel.run(session, "something else", timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "cancel_mid_tool")
+
+    assert cancelled.turn_id == ack.turn_id
+    assert record.status == "cancelled" and record.error == "user changed their mind"
+    assert took < 15
+    results = dict((i, (s, t)) for i, s, t in result_texts(state.messages[2]))
+    assert results["long"][0] == "error" and "cancelled" in results["long"][1]
+    assert results["quick"] == ("success", "ok")
+    assert after.status == "completed"
+    no_dangling(state.messages)
+
+
+async def test_multi_turn_and_close(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script([respond(text("first answer")), respond(text("second answer"))])
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "question one", config=config, timeout_s=30)
+        second = await keel.run(session, "question two", timeout_s=30)
+        await keel.close(session)
+        result = await keel.handle(session).result()
+    await save_history(keel.client, session, "multi_turn_close")
+    assert second.message is not None and second.message.content[0].text == "second answer"
+    assert [len(r["messages"]) for r in model_log()] == [1, 3]
+    assert result.turns == 2 and result.usage.totalTokens == 40
+
+
+async def test_model_failure_ends_turn_not_session(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script([respond(text("only one"))])
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "one", config=config, timeout_s=30)
+        failed = await keel.run(session, "two", timeout_s=30)
+        state = await keel.state(session)
+    assert failed.status == "failed"
+    assert failed.error is not None and "past the end" in failed.error
+    assert state.status == "idle"
+
+
+async def test_start_input_with_orphan_tool_result_fails_clearly(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script([respond(text("never"))])
+    history = [
+        Message.model_validate(
+            {
+                "role": "user",
+                "content": [{"toolResult": {"toolUseId": "ghost", "content": [{"text": "x"}]}}],
+            }
+        )
+    ]
+    session = sid()
+    async with run_worker():
+        handle = await keel.client.start_workflow(
+            AgentSession.run,
+            SessionInput(config=config, messages=history),
+            id=session,
+            task_queue=keel.task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as caught:
+            await handle.result()
+    assert "orphan toolResult 'ghost'" in str(caught.value.cause)
+
+
+async def test_unknown_model_spec_fails_the_turn_clearly(keel: KeelClient, run_worker: Any) -> None:
+    session = sid()
+    async with run_worker():
+        record = await keel.run(
+            session, "hi", config=SessionConfig(model="nosuch:thing"), timeout_s=30
+        )
+    assert record.status == "failed"
+    assert record.error is not None and "unknown model spec 'nosuch:thing'" in record.error

@@ -1,0 +1,1 @@
+"""Keel worker process: Temporal worker wiring, CLI and the embedded dev server."""

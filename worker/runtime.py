@@ -1,0 +1,70 @@
+"""Where a command's Temporal comes from: a configured server, or an embedded dev server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from temporalio.client import Client
+
+from worker.assembly import build_worker, connect
+from worker.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from worker.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class TemporalUnreachable(RuntimeError):
+    """No Temporal server answers at the configured address."""
+
+
+@dataclass
+class Runtime:
+    """A connected client, and whether this process embeds the server and a worker."""
+
+    client: Client
+    address: str
+    embedded: bool
+
+
+async def connect_configured(settings: Settings) -> tuple[Client, str]:
+    """Connect to ``TEMPORAL_ADDRESS`` (or the default address when unset).
+
+    Raises:
+        TemporalUnreachable: naming the address and what went wrong.
+    """
+    address = settings.address or DEFAULT_ADDRESS
+    try:
+        return await connect(address, settings.namespace), address
+    except RuntimeError as err:
+        hint = "" if settings.address else " (set TEMPORAL_ADDRESS, or run `keel dev`)"
+        raise TemporalUnreachable(f"cannot reach Temporal at {address}: {err}{hint}") from err
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings, tool_modules: Sequence[str] = (), *, embed: bool = True
+) -> AsyncIterator[Runtime]:
+    """Connect to Temporal, embedding a dev server and a worker when none is configured.
+
+    With ``TEMPORAL_ADDRESS`` set, or something listening on the default address (a
+    ``keel dev`` in another terminal), this only connects. Otherwise, when ``embed`` is true,
+    it starts the dev server with its SQLite database under ``.keel/`` (so sessions survive
+    for the next run) and a worker in this process, and stops both on exit.
+
+    Args:
+        settings: process settings.
+        tool_modules: tool modules for the embedded worker.
+        embed: whether an embedded server may be started.
+    """
+    if settings.address or not embed or await address_reachable(DEFAULT_ADDRESS):
+        client, address = await connect_configured(settings)
+        yield Runtime(client=client, address=address, embedded=False)
+        return
+    async with DevServer(ui=False) as server:
+        logger.info("started embedded Temporal dev server at %s", server.address)
+        client = await connect(server.address, settings.namespace)
+        async with build_worker(client, settings.task_queue, tool_modules):
+            yield Runtime(client=client, address=server.address, embedded=True)

@@ -1,0 +1,39 @@
+"""Process settings, read from the environment when asked (never at import time)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_TASK_QUEUE = "keel"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where Temporal is and which task queue Keel uses.
+
+    Attributes:
+        address: ``TEMPORAL_ADDRESS``; None when unset (the CLI may then embed a dev server).
+        namespace: ``TEMPORAL_NAMESPACE``, default ``default``.
+        task_queue: ``KEEL_TASK_QUEUE``, default ``keel``.
+        model: ``KEEL_MODEL``, the model spec used when a command names none.
+    """
+
+    address: str | None
+    namespace: str = DEFAULT_NAMESPACE
+    task_queue: str = DEFAULT_TASK_QUEUE
+    model: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``env`` (default: ``os.environ``)."""
+        env = os.environ if env is None else env
+        return cls(
+            address=env.get("TEMPORAL_ADDRESS") or None,
+            namespace=env.get("TEMPORAL_NAMESPACE") or DEFAULT_NAMESPACE,
+            task_queue=env.get("KEEL_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
+            model=env.get("KEEL_MODEL") or None,
+        )

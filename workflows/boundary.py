@@ -1,0 +1,129 @@
+"""The input boundary (security invariant S3): what may enter a session from outside.
+
+Prompts may carry only user content. Imported history is normalised so that no toolUse is
+left without a toolResult, and none of its toolUse blocks is ever executed: the workflow
+only runs tool uses that its own model activity returned (S1).
+
+Pure module: imported by workflow code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workflows.messages import ContentBlock, Message, error_result
+
+PROMPT_BLOCK_KINDS = frozenset({"text", "image", "document"})
+NOT_EXECUTED = "tool was not executed: this tool use came from imported history"
+
+
+class InputRejected(ValueError):
+    """A prompt or imported history that Keel refuses, with the reason."""
+
+
+def validate_prompt(role: str, content: Sequence[ContentBlock]) -> None:
+    """Check that a prompt carries only user content.
+
+    Args:
+        role: the role the sender claimed; only ``user`` is accepted.
+        content: the prompt's content blocks.
+
+    Raises:
+        InputRejected: naming the first thing that is not allowed.
+    """
+    if role != "user":
+        raise InputRejected(f"a prompt must have role 'user', not {role!r}")
+    if not content:
+        raise InputRejected("a prompt needs at least one content block")
+    for i, block in enumerate(content):
+        kind = block.kind
+        if kind not in PROMPT_BLOCK_KINDS:
+            raise InputRejected(
+                f"prompt block {i} is a {kind} block; a prompt may carry only "
+                f"{', '.join(sorted(PROMPT_BLOCK_KINDS))} blocks"
+            )
+        if kind == "text" and not (block.text or "").strip():
+            raise InputRejected(f"prompt block {i} is empty text")
+
+
+def normalise_history(messages: Sequence[Message]) -> list[Message]:
+    """Normalise an imported conversation.
+
+    Consecutive messages of one role are merged (Converse needs alternating roles). A toolUse
+    without a toolResult in the next message gets an error toolResult saying it was not
+    executed; a trailing assistant message with tool uses gets a user message holding those
+    results, so the next cycle calls the model instead of running anything.
+
+    Args:
+        messages: the conversation as imported.
+
+    Returns:
+        A new list of messages; the input is not changed.
+
+    Raises:
+        InputRejected: on orphan toolResults, misplaced blocks, duplicate toolUseIds or an
+            assistant first message.
+    """
+    merged: list[Message] = []
+    for msg in messages:
+        if merged and merged[-1].role == msg.role:
+            merged[-1] = Message(role=msg.role, content=[*merged[-1].content, *msg.content])
+        else:
+            merged.append(msg.model_copy(deep=True))
+    if merged and merged[0].role != "user":
+        raise InputRejected("imported history must start with a user message")
+
+    seen_ids: set[str] = set()
+    out: list[Message] = []
+    open_uses: list[str] = []  # toolUseIds of the previous assistant message
+    for index, msg in enumerate(merged):
+        if msg.role == "assistant":
+            if open_uses:  # pragma: no cover - roles alternate after merging
+                raise AssertionError("unreachable")
+            for block in msg.content:
+                if block.toolResult is not None:
+                    raise InputRejected(f"message {index}: an assistant message holds a toolResult")
+                if block.toolUse is not None:
+                    use_id = block.toolUse.toolUseId
+                    if use_id in seen_ids:
+                        raise InputRejected(f"message {index}: duplicate toolUseId {use_id!r}")
+                    seen_ids.add(use_id)
+                    open_uses.append(use_id)
+            out.append(msg)
+            continue
+        answered: list[str] = []
+        for block in msg.content:
+            if block.toolUse is not None:
+                raise InputRejected(f"message {index}: a user message holds a toolUse")
+            if block.toolResult is not None:
+                use_id = block.toolResult.toolUseId
+                if use_id not in open_uses or use_id in answered:
+                    raise InputRejected(
+                        f"message {index}: orphan toolResult {use_id!r} answers no toolUse "
+                        "of the message before it"
+                    )
+                answered.append(use_id)
+        missing = [error_result(u, NOT_EXECUTED) for u in open_uses if u not in answered]
+        out.append(Message(role="user", content=[*missing, *msg.content]))
+        open_uses = []
+    if open_uses:
+        out.append(Message(role="user", content=[error_result(u, NOT_EXECUTED) for u in open_uses]))
+    return out
+
+
+def merge_user_content(messages: list[Message], content: Sequence[ContentBlock]) -> Message:
+    """Append user content, merging it into a trailing user message so roles alternate.
+
+    Args:
+        messages: the conversation; changed in place.
+        content: user content blocks to add.
+
+    Returns:
+        The user message that now ends the conversation.
+    """
+    if messages and messages[-1].role == "user":
+        last = messages[-1]
+        messages[-1] = Message(role="user", content=[*last.content, *content])
+    else:
+        messages.append(Message(role="user", content=list(content)))
+    return messages[-1]

@@ -1,0 +1,54 @@
+"""Activity names, timeouts and retry policies: named once, used everywhere.
+
+Pure module: imported by workflow code.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+MODEL_ACTIVITY = "keel.model.converse"
+TOOL_ACTIVITY = "keel.tool.run"
+DESCRIBE_TOOLS_ACTIVITY = "keel.tools.describe"
+
+# Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
+MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
+TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
+
+MODEL_START_TO_CLOSE = timedelta(minutes=10)
+MODEL_HEARTBEAT = timedelta(seconds=30)
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=8,
+    non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE],
+)
+
+# Tool exceptions and tool timeouts are turned into error toolResults inside the activity;
+# Temporal retries only when the activity itself is lost (worker crash, heartbeat timeout).
+TOOL_HEARTBEAT = timedelta(seconds=10)
+TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=3,
+)
+
+DESCRIBE_START_TO_CLOSE = timedelta(seconds=30)
+DESCRIBE_RETRY = RetryPolicy(
+    maximum_attempts=5,
+    non_retryable_error_types=[TOOL_REGISTRY_ERROR],
+)
+
+
+def tool_start_to_close(timeout_s: float) -> timedelta:
+    """Temporal's backstop for a tool run: the tool's own timeout plus a margin.
+
+    Args:
+        timeout_s: the tool's declared timeout, enforced inside the activity.
+    """
+    return timedelta(seconds=timeout_s) + TOOL_TIMEOUT_MARGIN
