@@ -51,8 +51,8 @@ async def open_runtime(
 
     With ``TEMPORAL_ADDRESS`` set, or something listening on the default address (a
     ``keel dev`` in another terminal), this only connects. Otherwise, when ``embed`` is true,
-    it starts the dev server with its SQLite database under ``.keel/`` (so sessions survive
-    for the next run) and a worker in this process, and stops both on exit.
+    it starts the dev server with its SQLite database under ``KEEL_HOME`` (``.keel/``, so
+    sessions survive for the next run) and a worker in this process, and stops both on exit.
 
     Args:
         settings: process settings.
@@ -63,7 +63,7 @@ async def open_runtime(
         client, address = await connect_configured(settings)
         yield Runtime(client=client, address=address, embedded=False)
         return
-    async with DevServer(ui=False) as server:
+    async with DevServer(settings.home, ui=False) as server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace)
         async with build_worker(client, settings.task_queue, tool_modules):

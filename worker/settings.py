@@ -9,6 +9,7 @@ from dataclasses import dataclass
 DEFAULT_TASK_QUEUE = "keel"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+DEFAULT_HOME = ".keel"
 
 
 @dataclass(frozen=True)
@@ -20,12 +21,14 @@ class Settings:
         namespace: ``TEMPORAL_NAMESPACE``, default ``default``.
         task_queue: ``KEEL_TASK_QUEUE``, default ``keel``.
         model: ``KEEL_MODEL``, the model spec used when a command names none.
+        home: ``KEEL_HOME``, where the embedded dev server keeps its database (``.keel``).
     """
 
     address: str | None
     namespace: str = DEFAULT_NAMESPACE
     task_queue: str = DEFAULT_TASK_QUEUE
     model: str | None = None
+    home: str = DEFAULT_HOME
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -36,4 +39,5 @@ class Settings:
             namespace=env.get("TEMPORAL_NAMESPACE") or DEFAULT_NAMESPACE,
             task_queue=env.get("KEEL_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
             model=env.get("KEEL_MODEL") or None,
+            home=env.get("KEEL_HOME") or DEFAULT_HOME,
         )

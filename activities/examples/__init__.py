@@ -1,0 +1,1 @@
+"""Example tools and a scripted demo conversation that need no credentials."""

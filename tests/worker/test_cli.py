@@ -1,0 +1,218 @@
+"""The ``keel`` command line as a user runs it: separate processes, a real dev server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def keel_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def keel(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_script(path: Path, responses: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"responses": responses}))
+    return f"scripted:{path}"
+
+
+@pytest.fixture
+def server_env(temporal_env: WorkflowEnvironment) -> dict[str, str]:
+    address = temporal_env.client.service_client.config.target_host
+    return keel_env(TEMPORAL_ADDRESS=address, KEEL_TASK_QUEUE=f"cli-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def worker_process(server_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
+        env=server_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+def test_run_json_two_cycle_turn_with_tool_module(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    model = write_script(
+        tmp_path / "s.json",
+        [
+            respond(tool_use("t1", "add", a=2, b=3), stop="tool_use", tokens=5),
+            respond(text("2 + 3 = 5"), tokens=7),
+        ],
+    )
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    done = keel(
+        "run",
+        "--json",
+        "--session",
+        session,
+        "--model",
+        model,
+        "--tools",
+        SAMPLE_TOOLS,
+        "--system",
+        "you add numbers",
+        "what is 2 + 3?",
+        env=server_env,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) >= {
+        "session",
+        "workflow_id",
+        "status",
+        "stop_reason",
+        "interrupts",
+        "message",
+        "usage",
+        "error",
+    }
+    assert out["session"] == out["workflow_id"] == session
+    assert out["status"] == "completed" and out["stop_reason"] == "end_turn"
+    assert out["message"] == {"role": "assistant", "content": [{"text": "2 + 3 = 5"}]}
+    assert out["usage"]["totalTokens"] == 24 and out["error"] is None and out["interrupts"] == []
+
+    shown = keel("show", session, "--json", env=server_env)
+    assert shown.returncode == 0, shown.stderr
+    conv = json.loads(shown.stdout)
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert conv["messages"][2]["content"][0]["toolResult"]["content"] == [{"json": 5}]
+    assert conv["status"] == "idle" and conv["usage"]["totalTokens"] == 24
+
+    # the worker stops cleanly on SIGTERM
+    worker_process.send_signal(signal.SIGTERM)
+    assert worker_process.wait(timeout=30) == 0
+
+
+def test_failed_turn_exits_1_and_session_stays(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    model = write_script(tmp_path / "s.json", [respond(text("one answer only"))])
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    first = keel("run", "--session", session, "--model", model, "hello", env=server_env)
+    assert first.returncode == 0 and first.stdout.strip() == "one answer only"
+    second = keel("run", "--json", "--session", session, "again", env=server_env)
+    assert second.returncode == 1
+    out = json.loads(second.stdout)
+    assert out["status"] == "failed" and "past the end" in out["error"]
+
+
+def test_invalid_input_exits_2_with_reason(server_env: dict[str, str], tmp_path: Path) -> None:
+    orphan = tmp_path / "orphan.json"
+    orphan.write_text(
+        json.dumps(
+            [
+                {
+                    "role": "user",
+                    "content": [{"toolResult": {"toolUseId": "x", "content": [{"text": "?"}]}}],
+                }
+            ]
+        )
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    cases = [
+        (
+            ["run", "--model", "scripted:x.json", "--messages", str(orphan), "hi"],
+            "orphan toolResult 'x'",
+        ),
+        (["run", "--model", "scripted:x.json", "--messages", str(broken), "hi"], "not valid JSON"),
+        (
+            ["run", "--model", "scripted:x.json", "--messages", str(tmp_path / "none.json"), "hi"],
+            "cannot read",
+        ),
+        (["run", "--model", "scripted:x.json", "   "], "prompt is empty"),
+        (["run", "--session", f"new-{uuid.uuid4().hex[:6]}", "hi"], "no model"),
+        (["show", f"nosuch-{uuid.uuid4().hex[:6]}"], "no session"),
+        (["worker", "--tools", "no_such_module_xyz"], "could not be imported"),
+    ]
+    for args, reason in cases:
+        done = keel(*args, env=server_env)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert reason in done.stderr, (args, done.stderr)
+
+
+def test_unreachable_temporal_exits_1(tmp_path: Path) -> None:
+    done = keel("show", "x", env=keel_env(TEMPORAL_ADDRESS="127.0.0.1:1"), timeout=60)
+    assert done.returncode == 1
+    assert "cannot reach Temporal at 127.0.0.1:1" in done.stderr
+
+
+def test_embedded_server_and_resume_from_its_database(tmp_path: Path) -> None:
+    """Without TEMPORAL_ADDRESS, keel run embeds a dev server whose SQLite file persists."""
+    model = write_script(
+        tmp_path / "s.json",
+        [
+            respond(tool_use("t", "echo", text="persisted"), stop="tool_use"),
+            respond(text("first")),
+            respond(text("second")),
+        ],
+    )
+    env = keel_env()
+    first = keel(
+        "run",
+        "--json",
+        "--session",
+        "embedded",
+        "--model",
+        model,
+        "--tools",
+        SAMPLE_TOOLS,
+        "go",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert first.returncode == 0, first.stderr
+    assert (tmp_path / ".keel" / "temporal.db").exists()
+    second = keel(
+        "run",
+        "--json",
+        "--session",
+        "embedded",
+        "--tools",
+        SAMPLE_TOOLS,
+        "again",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["message"]["content"] == [{"text": "second"}]
