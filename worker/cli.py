@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -262,8 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``keel`` console script."""
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    """Run one ``keel`` command in this process; returns its exit code."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -284,5 +285,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def main() -> None:
+    """Entry point of the ``keel`` console script.
+
+    Exits with ``os._exit`` once output is flushed: temporalio's Rust runtime threads can
+    abort a short-lived client process during interpreter shutdown ("PyGILState_Release:
+    thread state must be current", temporalio/sdk-python#300), which would turn a finished
+    command into exit code -6.
+    """
+    code = run_cli()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()
