@@ -115,9 +115,14 @@ def text(value: str) -> dict[str, Any]:
     return {"text": value}
 
 
-def respond(*content: dict[str, Any], stop: str = "end_turn", tokens: int = 10) -> dict[str, Any]:
-    return {
+def respond(
+    *content: dict[str, Any], stop: str = "end_turn", tokens: int = 10, delay_s: float = 0
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
         "content": list(content),
         "stopReason": stop,
         "usage": {"inputTokens": tokens, "outputTokens": tokens},
     }
+    if delay_s:
+        entry["delay_s"] = delay_s
+    return entry

@@ -8,7 +8,17 @@ from pathlib import Path
 
 from activities.tools import ToolContext, tool
 
-__all__ = ["add", "boom", "echo", "hang", "record", "slow", "slow_sync", "whoami"]
+__all__ = [
+    "add",
+    "boom",
+    "echo",
+    "guarded_record",
+    "hang",
+    "record",
+    "slow",
+    "slow_sync",
+    "whoami",
+]
 
 
 @tool
@@ -94,3 +104,14 @@ def record(path: str, value: str) -> str:
     with Path(path).open("a", encoding="utf-8") as f:
         f.write(value + "\n")
     return f"recorded {value}"
+
+
+@tool(requires_approval=True)
+def guarded_record(path: str, value: str) -> str:
+    """Append a line to a file, only once a human approved it.
+
+    Args:
+        path: the file to append to; created if missing.
+        value: the line to append.
+    """
+    return record(path, value)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import logging
 import os
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from worker.runtime import TemporalUnreachable, connect_configured, open_runtime
 from worker.sessions import KeelClient, RequestRejected, SessionNotFound
 from worker.settings import Settings
 from workflows.boundary import InputRejected, normalise_history
-from workflows.contracts import SessionConfig, SessionState, TurnRecord
+from workflows.contracts import Interrupt, SessionConfig, SessionState, TurnRecord
 from workflows.cycle import text_of
 from workflows.messages import Message
 
@@ -72,6 +74,17 @@ def read_messages(path: str) -> list[Message]:
     return messages
 
 
+def interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
+    """An interrupt as the CLI contract shows it to approvers."""
+    return {
+        "id": interrupt.id,
+        "kind": interrupt.kind,
+        "tool_use": interrupt.tool_use.model_dump(mode="json"),
+        "name": interrupt.name,
+        "reason": interrupt.reason,
+    }
+
+
 def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
     """The contract's JSON object for a turn result."""
     return {
@@ -80,11 +93,23 @@ def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
         "turn": record.turn_id,
         "status": record.status,
         "stop_reason": record.stop_reason,
-        "interrupts": [],
+        "interrupts": [interrupt_json(i) for i in record.interrupts],
         "message": record.message.model_dump(mode="json") if record.message else None,
         "usage": record.usage.model_dump(mode="json"),
         "error": record.error,
     }
+
+
+def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
+    """Show pending interrupts to a person, with the commands that decide them."""
+    for interrupt in interrupts:
+        use = interrupt.tool_use
+        print(f"waiting for approval: {interrupt.reason}")
+        print(f"  id:    {interrupt.id}")
+        print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
+        print(f"  input: {json.dumps(use.input, sort_keys=True)}")
+        print(f"  keel approve {session} {interrupt.id}")
+        print(f"  keel deny {session} {interrupt.id} --reason '...'")
 
 
 def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
@@ -93,15 +118,32 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
         print(json.dumps(turn_json(session, record)))
     else:
         answer = text_of(record.message)
-        if answer:
+        if answer and record.status != "interrupted":
             print(answer)
-        if record.status != "completed":
+        print_interrupts(session, record.interrupts)
+        if record.status not in ("completed", "interrupted"):
             print(
                 f"turn {record.turn_id} of session {session} {record.status}"
                 + (f": {record.error}" if record.error else ""),
                 file=sys.stderr,
             )
     return STATUS_EXIT.get(record.status, EXIT_FAILED)
+
+
+def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionConfig:
+    if not model:
+        raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
+    try:
+        return SessionConfig(
+            model=model,
+            system=args.system,
+            tool_modules=_tool_modules(args.tools),
+            approval_tools=_tool_modules(args.require_approval),
+            approvers=_tool_modules(args.approvers),
+            approval_timeout_s=args.approval_timeout,
+        )
+    except ValidationError as err:
+        raise UsageError(f"invalid session settings: {err}") from err
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -112,20 +154,31 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     messages = read_messages(args.messages) if args.messages else []
     modules = _tool_modules(args.tools)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
-    model = args.model or settings.model
-    async with open_runtime(settings, modules) as runtime:
+    async with open_runtime(settings) as runtime:
         keel = KeelClient(runtime.client, settings.task_queue)
-        exists = await keel.exists(session)
-        if exists and messages:
-            raise UsageError(f"session {session!r} exists; --messages only imports into a new one")
         config = None
-        if not exists:
-            if not model:
-                raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
-            config = SessionConfig(model=model, system=args.system, tool_modules=modules)
-        ack = await keel.prompt(session, prompt, config=config, messages=messages)
-        record = await keel.wait_turn(session, ack.turn_id)
+        if await keel.exists(session):
+            if messages:
+                raise UsageError(
+                    f"session {session!r} exists; --messages only imports into a new one"
+                )
+            modules = modules or (await keel.config(session)).tool_modules
+        else:
+            config = _new_session_config(args, args.model or settings.model)
+        async with runtime.worker(modules):
+            ack = await keel.prompt(session, prompt, config=config, messages=messages)
+            record = await keel.wait_turn(session, ack.turn_id)
     return print_turn(session, record, args.json)
+
+
+@asynccontextmanager
+async def _existing_session(settings: Settings, session: str) -> AsyncIterator[KeelClient]:
+    """A client for an existing session, with a worker when the server is embedded."""
+    async with open_runtime(settings) as runtime:
+        keel = KeelClient(runtime.client, settings.task_queue)
+        config = await keel.config(session)
+        async with runtime.worker(config.tool_modules):
+            yield keel
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -163,18 +216,10 @@ async def _run_until_signalled(
     await task
 
 
-async def _session_client(settings: Settings, session: str) -> KeelClient:
-    client, _ = await connect_configured(settings)
-    keel = KeelClient(client, settings.task_queue)
-    if not await keel.exists(session):
-        raise SessionNotFound(f"no session {session!r}")
-    return keel
-
-
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
-    keel = await _session_client(settings, args.session)
-    state = await keel.state(args.session)
+    async with _existing_session(settings, args.session) as keel:
+        state = await keel.state(args.session)
     if args.json:
         print(json.dumps(show_json(state)))
         return EXIT_OK
@@ -205,19 +250,49 @@ def _render_block(block: dict[str, Any]) -> str:
 
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel pending``: what the running turn holds outside the conversation."""
-    keel = await _session_client(settings, args.session)
-    view = await keel.pending(args.session)
-    print(json.dumps(view.model_dump(mode="json")))
+    """``keel pending``: the interrupts a session waits on, and its running tools."""
+    async with _existing_session(settings, args.session) as keel:
+        view = await keel.pending(args.session)
+    if args.json:
+        out = view.model_dump(mode="json", exclude={"interrupts"})
+        out["interrupts"] = [interrupt_json(i) for i in view.interrupts]
+        print(json.dumps({"session": args.session, **out}))
+    elif view.interrupts:
+        print_interrupts(args.session, view.interrupts)
+    else:
+        running = ", ".join(u.name for u in view.running) or "nothing"
+        print(f"no pending interrupts in session {args.session}; running: {running}")
     return EXIT_OK
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
-    keel = await _session_client(settings, args.session)
-    ack = await keel.cancel(args.session, args.reason)
-    record = await keel.wait_turn(args.session, ack.turn_id)
+    async with _existing_session(settings, args.session) as keel:
+        ack = await keel.cancel(args.session, args.reason)
+        record = await keel.wait_turn(args.session, ack.turn_id)
     return print_turn(args.session, record, args.json)
+
+
+async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    approver = args.approver or os.environ.get("KEEL_APPROVER") or getpass.getuser()
+    async with _existing_session(settings, args.session) as keel:
+        ack = await keel.decide(
+            args.session, args.id, args.decision, reason=args.reason, approver=approver
+        )
+        record = await keel.wait_turn(args.session, ack.turn_id)
+    return print_turn(args.session, record, args.json)
+
+
+async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel steer``: add guidance to the turn in progress."""
+    text = " ".join(args.text).strip()
+    if not text:
+        raise UsageError("the steering text is empty")
+    async with _existing_session(settings, args.session) as keel:
+        ack = await keel.steer(args.session, text)
+    print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,6 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--system", help="system prompt for a new session")
     run.add_argument("--tools", help="tool modules, comma separated")
     run.add_argument("--messages", help="JSON file of history to import into a new session")
+    run.add_argument(
+        "--require-approval",
+        metavar="TOOL[,TOOL]",
+        help="tools that need approval in a new session",
+    )
+    run.add_argument("--approvers", metavar="ID[,ID]", help="who may decide (default: anyone)")
+    run.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(handler=cmd_run)
 
@@ -254,6 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("session")
         cmd.add_argument("--json", action="store_true", help="print JSON")
         cmd.set_defaults(handler=handler)
+
+    for name, decision in (("approve", "approve"), ("deny", "deny")):
+        cmd = sub.add_parser(name, help=f"{name} a pending interrupt, then wait like run")
+        cmd.add_argument("session")
+        cmd.add_argument("id", help="the interrupt id (see keel pending)")
+        cmd.add_argument("--reason", help="why; the model sees it when denied")
+        cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+        cmd.add_argument("--json", action="store_true", help="print one JSON object")
+        cmd.set_defaults(handler=cmd_decide, decision=decision)
+
+    steer = sub.add_parser("steer", help="add guidance to the turn in progress")
+    steer.add_argument("session")
+    steer.add_argument("text", nargs="+")
+    steer.set_defaults(handler=cmd_steer)
 
     cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
     cancel.add_argument("session")

@@ -22,11 +22,26 @@ class TemporalUnreachable(RuntimeError):
 
 @dataclass
 class Runtime:
-    """A connected client, and whether this process embeds the server and a worker."""
+    """A connected client, and the embedded dev server when this process runs one."""
 
     client: Client
     address: str
-    embedded: bool
+    settings: Settings
+    server: DevServer | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether this process embeds the server (and so must run a worker too)."""
+        return self.server is not None
+
+    @asynccontextmanager
+    async def worker(self, tool_modules: Sequence[str] = ()) -> AsyncIterator[None]:
+        """Run an in-process worker while the block runs, when the server is embedded."""
+        if self.server is None:
+            yield
+            return
+        async with build_worker(self.client, self.settings.task_queue, tool_modules):
+            yield
 
 
 async def connect_configured(settings: Settings) -> tuple[Client, str]:
@@ -44,27 +59,24 @@ async def connect_configured(settings: Settings) -> tuple[Client, str]:
 
 
 @asynccontextmanager
-async def open_runtime(
-    settings: Settings, tool_modules: Sequence[str] = (), *, embed: bool = True
-) -> AsyncIterator[Runtime]:
-    """Connect to Temporal, embedding a dev server and a worker when none is configured.
+async def open_runtime(settings: Settings, *, embed: bool = True) -> AsyncIterator[Runtime]:
+    """Connect to Temporal, embedding a dev server when none is configured.
 
     With ``TEMPORAL_ADDRESS`` set, or something listening on the default address (a
     ``keel dev`` in another terminal), this only connects. Otherwise, when ``embed`` is true,
     it starts the dev server with its SQLite database under ``KEEL_HOME`` (``.keel/``, so
-    sessions survive for the next run) and a worker in this process, and stops both on exit.
+    sessions survive for the next run) and stops it on exit; ``Runtime.worker`` then runs a
+    worker in this process.
 
     Args:
         settings: process settings.
-        tool_modules: tool modules for the embedded worker.
         embed: whether an embedded server may be started.
     """
     if settings.address or not embed or await address_reachable(DEFAULT_ADDRESS):
         client, address = await connect_configured(settings)
-        yield Runtime(client=client, address=address, embedded=False)
+        yield Runtime(client=client, address=address, settings=settings)
         return
     async with DevServer(settings.home, ui=False) as server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace)
-        async with build_worker(client, settings.task_queue, tool_modules):
-            yield Runtime(client=client, address=server.address, embedded=True)
+        yield Runtime(client=client, address=server.address, settings=settings, server=server)

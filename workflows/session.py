@@ -1,9 +1,10 @@
 """``AgentSession``: one durable conversation, run as a Temporal workflow.
 
 Each turn is a series of cycles. A cycle always starts with a model call (S2); tool uses are
-taken from that activity's result only (S1), run as activities in parallel, and the assistant
-message is appended together with the tool results only once every tool has finished, so the
-conversation never holds a toolUse without its toolResult (S5).
+taken from that activity's result only (S1), run as activities in parallel (those that need
+approval once a human approved them, S4), and the assistant message is appended together with
+the tool results only once every tool has finished, so the conversation never holds a toolUse
+without its toolResult (S5).
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.approvals import check_decision, denial_text, needs_approval
     from workflows.boundary import (
         InputRejected,
-        merge_user_content,
         normalise_history,
         validate_prompt,
     )
@@ -26,10 +28,12 @@ with workflow.unsafe.imports_passed_through():
         CancelAck,
         CancelInput,
         CloseInput,
+        Decision,
+        DecisionAck,
         DescribeToolsInput,
         DescribeToolsResult,
-        Event,
-        EventType,
+        Interrupt,
+        InterruptStatus,
         ModelRequest,
         ModelResponse,
         PendingView,
@@ -39,11 +43,12 @@ with workflow.unsafe.imports_passed_through():
         SessionResult,
         SessionState,
         StateQuery,
+        SteerAck,
+        SteerInput,
         ToolRequest,
         ToolResponse,
         ToolSpec,
         TurnRecord,
-        TurnStatus,
     )
     from workflows.cycle import (
         COMPLETING_STOP_REASONS,
@@ -52,16 +57,18 @@ with workflow.unsafe.imports_passed_through():
         id_conflicts,
         results_message,
     )
+    from workflows.ledger import Ledger
     from workflows.messages import (
         ContentBlock,
         Message,
-        TokenUsage,
         ToolResult,
         ToolResultContent,
         ToolUse,
+        text_block,
         tool_uses,
     )
     from workflows.policies import (
+        DESCRIBE_RETRY,
         DESCRIBE_START_TO_CLOSE,
         DESCRIBE_TOOLS_ACTIVITY,
         MODEL_ACTIVITY,
@@ -75,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 INPUT_REJECTED = "KeelInputRejected"
+STEERING_PREFIX = "[guidance from the user while you worked] "
 
 
 class _TurnCancelled(Exception):
@@ -94,6 +102,16 @@ def _failure_text(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
+def _error(use: ToolUse, text: str) -> ToolResult:
+    return ToolResult(
+        toolUseId=use.toolUseId, status="error", content=[ToolResultContent(text=text)]
+    )
+
+
+def _now() -> str:
+    return workflow.now().isoformat()
+
+
 @workflow.defn(name="AgentSession")
 class AgentSession:
     """A durable agent conversation; the workflow id is the session id."""
@@ -103,21 +121,20 @@ class AgentSession:
         """Set up state from the start input; rejected input fails the run in ``run``."""
         self._config = input.config
         self._init_error: str | None = None
-        self._messages: list[Message] = []
+        messages: list[Message] = []
         try:
-            self._messages = normalise_history(input.messages)
+            messages = normalise_history(input.messages)
         except InputRejected as err:
             self._init_error = f"imported history rejected: {err}"
+        self._ledger = Ledger(messages, _now)
         self._queue: deque[_Queued] = deque()
-        self._turns: dict[int, TurnRecord] = {}
-        self._events: list[Event] = []
-        self._usage = TokenUsage()
         self._tools: list[ToolSpec] | None = None
         self._current: TurnRecord | None = None
         self._pending = PendingView()
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
         self._cancel_reason: str | None = None
+        self._steering: list[str] = []
         self._closing = False
         self._closed = False
         if input.prompt is not None and self._init_error is None:
@@ -141,20 +158,22 @@ class AgentSession:
                 break
             await self._run_turn(self._queue.popleft())
         self._closed = True
-        self._emit("session_closed")
+        self._ledger.emit("session_closed")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return SessionResult(
-            session_id=workflow.info().workflow_id, turns=len(self._turns), usage=self._usage
+            session_id=workflow.info().workflow_id,
+            turns=len(self._ledger.turns),
+            usage=self._ledger.usage,
         )
 
     async def _run_turn(self, queued: _Queued) -> None:
-        record = self._turns[queued.turn_id]
+        ledger = self._ledger
+        record = ledger.turns[queued.turn_id]
         record.status = "running"
         self._current = record
         self._cancel_reason = None
-        self._emit("turn_started", turn=record.turn_id)
-        merge_user_content(self._messages, queued.content)
-        self._emit_message_added(record)
+        ledger.emit("turn_started", turn=record.turn_id)
+        ledger.add_user_content(record, queued.content)
         try:
             if self._tools is None:
                 self._tools = await self._describe_tools()
@@ -163,57 +182,59 @@ class AgentSession:
                 if await self._cycle(record):
                     break
         except _TurnCancelled:
-            self._end_turn(record, "cancelled", "cancelled", error=self._cancel_reason)
+            ledger.end_turn(record, "cancelled", "cancelled", error=self._cancel_reason)
         except ActivityError as err:
-            self._end_turn(record, "failed", record.stop_reason, error=_failure_text(err))
+            ledger.end_turn(record, "failed", record.stop_reason, error=_failure_text(err))
         finally:
             self._current = None
             self._pending = PendingView()
+            if self._steering:
+                ledger.emit("steering_dropped", turn=record.turn_id, texts=self._steering)
+                self._steering = []
+        if record.error:
+            workflow.logger.info(
+                "turn %s ended %s: %s", record.turn_id, record.status, record.error
+            )
 
     async def _cycle(self, record: TurnRecord) -> bool:
         """Run one cycle; returns True when the turn has ended."""
+        ledger = self._ledger
         record.cycles += 1
         cycle = record.cycles
         response = await self._call_model(record, cycle)
-        record.usage = record.usage + response.usage
-        self._usage = self._usage + response.usage
+        ledger.add_usage(record, response.usage)
         record.stop_reason = response.stopReason
-        self._emit(
+        ledger.emit(
             "model_called",
             turn=record.turn_id,
             cycle=cycle,
             stop_reason=response.stopReason,
             usage=response.usage.model_dump(),
         )
-        message = response.message
+        message, stop = response.message, response.stopReason
         uses = tool_uses(message)
-        if response.stopReason == "tool_use" and uses:
-            conflicts = id_conflicts(uses, self._messages)
-            if conflicts:
-                self._append(record, close_unexecuted(message, "duplicate toolUseId"))
-                self._end_turn(
-                    record,
-                    "failed",
-                    response.stopReason,
-                    error=f"model returned duplicate toolUseIds {conflicts}; no tool was run",
-                )
-                return True
-            await self._run_tools(record, cycle, message, uses)
-            return False
-        if response.stopReason == "max_tokens":
-            self._append(record, close_unexecuted(message, "max_tokens reached"))
-            self._end_turn(record, "failed", "max_tokens", error=MAX_TOKENS_ERROR)
+        if stop == "tool_use" and uses:
+            conflicts = id_conflicts(uses, ledger.messages)
+            if not conflicts:
+                await self._run_tools(record, cycle, message, uses)
+                return False
+            ledger.append(record, close_unexecuted(message, "duplicate toolUseId"))
+            error = f"model returned duplicate toolUseIds {conflicts}; no tool was run"
+            ledger.end_turn(record, "failed", stop, error=error)
             return True
-        self._append(record, close_unexecuted(message, f"stop reason {response.stopReason}"))
-        if response.stopReason in COMPLETING_STOP_REASONS or response.stopReason == "tool_use":
-            self._end_turn(record, "completed", response.stopReason)
+        if stop == "max_tokens":
+            ledger.append(record, close_unexecuted(message, "max_tokens reached"))
+            ledger.end_turn(record, "failed", "max_tokens", error=MAX_TOKENS_ERROR)
+            return True
+        ledger.append(record, close_unexecuted(message, f"stop reason {stop}"))
+        if stop in COMPLETING_STOP_REASONS or stop == "tool_use":
+            if self._steering and stop in ("end_turn", "stop_sequence"):
+                # guidance arrived during the last model call: the model must still see it
+                self._append_user(record, [])
+                return False
+            ledger.end_turn(record, "completed", stop)
         else:
-            self._end_turn(
-                record,
-                "failed",
-                response.stopReason,
-                error=f"model stopped with reason {response.stopReason!r}",
-            )
+            ledger.end_turn(record, "failed", stop, error=f"model stopped with reason {stop!r}")
         return True
 
     # ----------------------------------------------------------------------------- activities
@@ -224,6 +245,7 @@ class AgentSession:
             DescribeToolsInput(modules=self._config.tool_modules),
             result_type=DescribeToolsResult,
             start_to_close_timeout=DESCRIBE_START_TO_CLOSE,
+            retry_policy=DESCRIBE_RETRY,
         )
         return result.tools
 
@@ -236,7 +258,7 @@ class AgentSession:
                 cycle=cycle,
                 model=self._config.model,
                 system=self._config.system,
-                messages=self._messages,
+                messages=self._ledger.messages,
                 tools=self._tools or [],
                 inference=self._config.inference,
             ),
@@ -244,6 +266,7 @@ class AgentSession:
             start_to_close_timeout=MODEL_START_TO_CLOSE,
             heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
+            summary=f"model call {cycle}",
         )
         try:
             return await self._model_call
@@ -259,25 +282,39 @@ class AgentSession:
         """Run the tools of one assistant message, then append it with its results (S5)."""
         self._pending = PendingView(turn_id=record.turn_id, message=message, running=list(uses))
         results = await asyncio.gather(*(self._run_tool(record, cycle, u) for u in uses))
-        self._append(record, message)
-        self._append(record, results_message(uses, {r.toolUseId: r for r in results}))
+        self._ledger.append(record, message)
+        by_id = {r.toolUseId: r for r in results}
+        self._append_user(record, results_message(uses, by_id).content)
         self._pending = PendingView(turn_id=record.turn_id)
         self._check_cancel()
 
+    def _append_user(self, record: TurnRecord, content: list[ContentBlock]) -> None:
+        """Append the user message of a safe point: tool results, then queued guidance."""
+        if self._steering:
+            content = [*content, *(text_block(STEERING_PREFIX + t) for t in self._steering)]
+            self._ledger.emit("steering_added", turn=record.turn_id, count=len(self._steering))
+            self._steering = []
+        self._ledger.append(record, Message(role="user", content=content))
+
     async def _run_tool(self, record: TurnRecord, cycle: int, use: ToolUse) -> ToolResult:
         spec = next((t for t in self._tools or [] if t.name == use.name), None)
-        self._emit(
-            "tool_started", turn=record.turn_id, cycle=cycle, tool=use.name, id=use.toolUseId
-        )
         if spec is None:
             known = ", ".join(t.name for t in self._tools or []) or "none"
             result = _error(use, f"unknown tool {use.name!r}; this session has: {known}")
         elif self._cancel_reason is not None:
             result = _error(use, f"tool was not run: {self._cancel_reason}")
+        elif (
+            needs_approval(spec, self._config)
+            and (refused := await self._approval(record, use)).status != "approved"
+        ):
+            result = _error(use, denial_text(refused))
         else:
+            self._ledger.emit(
+                "tool_started", turn=record.turn_id, cycle=cycle, tool=use.name, id=use.toolUseId
+            )
             result = await self._execute_tool(use, spec)
         self._pending.running = [u for u in self._pending.running if u.toolUseId != use.toolUseId]
-        self._emit(
+        self._ledger.emit(
             "tool_finished",
             turn=record.turn_id,
             cycle=cycle,
@@ -286,6 +323,33 @@ class AgentSession:
             status=result.status,
         )
         return result
+
+    async def _approval(self, record: TurnRecord, use: ToolUse) -> Interrupt:
+        """Park the tool use behind an interrupt until a human decides (S4)."""
+        interrupt = Interrupt(
+            id=str(workflow.uuid4()),
+            tool_use=use,
+            name=use.name,
+            reason=f"tool {use.name!r} requires approval",
+            turn=record.turn_id,
+        )
+        self._ledger.open_interrupt(record, interrupt)
+        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
+        timeout_s = self._config.approval_timeout_s
+        try:
+            await workflow.wait_condition(
+                lambda: interrupt.status != "pending" or self._cancel_reason is not None,
+                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+                timeout_summary=f"approval timeout for {use.name}",
+            )
+        except TimeoutError:
+            self._ledger.close_interrupt(
+                interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
+            )
+        if interrupt.status == "pending":  # the turn was cancelled while it waited
+            self._ledger.close_interrupt(interrupt, "cancelled", reason=self._cancel_reason)
+        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
+        return interrupt
 
     async def _execute_tool(self, use: ToolUse, spec: ToolSpec) -> ToolResult:
         session_id = workflow.info().workflow_id
@@ -317,60 +381,13 @@ class AgentSession:
     # ----------------------------------------------------------------------------- bookkeeping
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
-        turn_id = len(self._turns) + 1
-        self._turns[turn_id] = TurnRecord(turn_id=turn_id)
-        self._queue.append(_Queued(turn_id=turn_id, content=content))
-        self._emit("prompt_queued", turn=turn_id)
-        return PromptAck(turn_id=turn_id, queued_behind=len(self._queue) - 1)
+        record = self._ledger.new_turn()
+        self._queue.append(_Queued(turn_id=record.turn_id, content=content))
+        return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
 
     def _check_cancel(self) -> None:
         if self._cancel_reason is not None:
             raise _TurnCancelled()
-
-    def _append(self, record: TurnRecord, message: Message) -> None:
-        self._messages.append(message)
-        if message.role == "assistant":
-            record.message = message
-        self._emit_message_added(record)
-
-    def _emit_message_added(self, record: TurnRecord) -> None:
-        index = len(self._messages) - 1
-        self._emit(
-            "message_added", turn=record.turn_id, index=index, role=self._messages[index].role
-        )
-
-    def _end_turn(
-        self,
-        record: TurnRecord,
-        status: TurnStatus,
-        stop_reason: str | None,
-        error: str | None = None,
-    ) -> None:
-        record.status = status
-        record.stop_reason = stop_reason
-        record.error = error
-        self._emit("turn_ended", turn=record.turn_id, status=status, stop_reason=stop_reason)
-        if error:
-            workflow.logger.info("turn %s ended %s: %s", record.turn_id, status, error)
-
-    def _emit(
-        self,
-        type_: EventType,
-        *,
-        turn: int | None = None,
-        cycle: int | None = None,
-        **detail: object,
-    ) -> None:
-        self._events.append(
-            Event(
-                seq=len(self._events) + 1,
-                type=type_,
-                at=workflow.now().isoformat(),
-                turn=turn,
-                cycle=cycle,
-                detail=detail,
-            )
-        )
 
     # ----------------------------------------------------------------------------- messages
 
@@ -384,6 +401,50 @@ class AgentSession:
         if self._closing:
             raise InputRejected("session is closing; it takes no more prompts")
         validate_prompt(input.role, input.content)
+
+    @workflow.update
+    def decide(self, input: Decision) -> DecisionAck:
+        """Approve or deny a pending interrupt; the tool input stays the model's."""
+        interrupt = check_decision(self._ledger.interrupts, input, self._config)
+        self._apply_decision(interrupt, input)
+        return DecisionAck(
+            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        )
+
+    @decide.validator
+    def _validate_decide(self, input: Decision) -> None:
+        check_decision(self._ledger.interrupts, input, self._config)
+
+    @workflow.signal(name="decide")
+    def decide_signal(self, input: Decision) -> None:
+        """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
+        try:
+            interrupt = check_decision(self._ledger.interrupts, input, self._config)
+        except InputRejected as err:
+            workflow.logger.warning("ignored decide signal: %s", err)
+            return
+        self._apply_decision(interrupt, input)
+
+    def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
+        status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
+        self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason)
+
+    @workflow.update
+    def steer(self, input: SteerInput) -> SteerAck:
+        """Add guidance that the model sees at the next safe point of the running turn."""
+        assert self._current is not None  # checked by the validator
+        self._steering.append(input.text.strip())
+        self._ledger.emit("steering_queued", turn=self._current.turn_id)
+        return SteerAck(turn_id=self._current.turn_id)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        if self._current is None:
+            raise InputRejected("no turn is running to steer; send a prompt instead")
+        if self._cancel_reason is not None:
+            raise InputRejected(f"turn {self._current.turn_id} is being cancelled")
+        if not input.text.strip():
+            raise InputRejected("steering text is empty")
 
     @workflow.update
     def cancel(self, input: CancelInput) -> CancelAck:
@@ -413,6 +474,7 @@ class AgentSession:
     def state(self, input: StateQuery | None = None) -> SessionState:
         """The conversation, turns, usage and events since ``events_since``."""
         q = input or StateQuery()
+        ledger = self._ledger
         if self._closed:
             status = "closed"
         elif self._closing:
@@ -423,31 +485,25 @@ class AgentSession:
             session_id=workflow.info().workflow_id,
             status=status,
             config=self._config,
-            messages=self._messages if q.include_messages else [],
-            message_count=len(self._messages),
+            messages=ledger.messages if q.include_messages else [],
+            message_count=len(ledger.messages),
             pending=self._pending,
             queued=[item.turn_id for item in self._queue],
-            turns=list(self._turns.values()),
-            usage=self._usage,
-            events=self._events[q.events_since :],
-            event_count=len(self._events),
+            turns=list(ledger.turns.values()),
+            usage=ledger.usage,
+            events=ledger.events[q.events_since :],
+            event_count=len(ledger.events),
         )
 
     @workflow.query
     def pending(self) -> PendingView:
-        """The assistant message held outside the conversation while its tools run."""
+        """The assistant message held outside the conversation, and its open interrupts."""
         return self._pending
 
     @workflow.query
     def turn(self, turn_id: int) -> TurnRecord:
         """One turn's status and result."""
-        record = self._turns.get(turn_id)
+        record = self._ledger.turns.get(turn_id)
         if record is None:
             raise InputRejected(f"no turn {turn_id} in this session")
         return record
-
-
-def _error(use: ToolUse, text: str) -> ToolResult:
-    return ToolResult(
-        toolUseId=use.toolUseId, status="error", content=[ToolResultContent(text=text)]
-    )

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from activities.models.base import ModelError, converse_tool_config
 from workflows.contracts import KeelModel, ModelRequest, ModelResponse
@@ -25,11 +26,16 @@ _log_lock = threading.Lock()
 
 
 class ScriptedResponse(KeelModel):
-    """One entry of a script's ``responses``."""
+    """One entry of a script's ``responses``.
+
+    ``delay_s`` (a Keel extension, default 0) makes the model take that long to answer, to
+    stand in for a slow provider in tests and demos.
+    """
 
     content: list[ContentBlock]
     stopReason: str
     usage: TokenUsage = TokenUsage()
+    delay_s: float = Field(default=0.0, ge=0, le=600)
 
 
 class Script(KeelModel):
@@ -78,6 +84,8 @@ class ScriptedProvider:
                 f"call {index + 1} of session {request.session_id!r} is past the end"
             )
         entry = script.responses[index]
+        if entry.delay_s:
+            time.sleep(entry.delay_s)
         usage = entry.usage
         if not usage.totalTokens:
             usage = TokenUsage(

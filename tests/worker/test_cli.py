@@ -216,3 +216,96 @@ def test_embedded_server_and_resume_from_its_database(tmp_path: Path) -> None:
     )
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["message"]["content"] == [{"text": "second"}]
+
+
+def approval_script(path: Path, target: Path) -> str:
+    return write_script(
+        path,
+        [
+            respond(
+                text("I need approval"),
+                tool_use("g1", "guarded_record", path=str(target), value="approved"),
+                stop="tool_use",
+            ),
+            respond(text("finished")),
+        ],
+    )
+
+
+def test_approval_flow_exit_codes_and_payload(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    model = approval_script(tmp_path / "s.json", target)
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    waiting = keel(
+        "run",
+        "--json",
+        "--session",
+        session,
+        "--model",
+        model,
+        "--tools",
+        SAMPLE_TOOLS,
+        "do the guarded thing",
+        env=server_env,
+    )
+    assert waiting.returncode == 3, waiting.stderr
+    out = json.loads(waiting.stdout)
+    assert out["status"] == "interrupted"
+    [interrupt] = out["interrupts"]
+    assert set(interrupt) == {"id", "kind", "tool_use", "name", "reason"}
+    assert interrupt["kind"] == "approval" and interrupt["name"] == "guarded_record"
+    assert interrupt["tool_use"] == {
+        "toolUseId": "g1",
+        "name": "guarded_record",
+        "input": {"path": str(target), "value": "approved"},
+    }
+
+    pending = keel("pending", session, "--json", env=server_env)
+    assert pending.returncode == 0, pending.stderr
+    assert [i["id"] for i in json.loads(pending.stdout)["interrupts"]] == [interrupt["id"]]
+    human = keel("pending", session, env=server_env)
+    assert interrupt["id"] in human.stdout and f"keel approve {session}" in human.stdout
+
+    rejected = keel("approve", session, "not-an-id", env=server_env)
+    assert rejected.returncode == 2 and "unknown interrupt id 'not-an-id'" in rejected.stderr
+    idle_steer = keel("steer", session, "hello", env=server_env)
+    assert idle_steer.returncode == 0, idle_steer.stderr  # the turn is still running (waiting)
+
+    denied = keel(
+        "deny", session, interrupt["id"], "--reason", "not today", "--json", env=server_env
+    )
+    assert denied.returncode == 0, denied.stderr
+    assert json.loads(denied.stdout)["status"] == "completed"
+    assert not target.exists()
+    again = keel("approve", session, interrupt["id"], env=server_env)
+    assert again.returncode == 2 and "no longer pending" in again.stderr
+    late_steer = keel("steer", session, "too late", env=server_env)
+    assert late_steer.returncode == 2 and "no turn is running" in late_steer.stderr
+
+
+def test_embedded_approval_across_processes(tmp_path: Path) -> None:
+    """keel run exits 3 and stops its embedded server; keel approve picks the session up."""
+    target = tmp_path / "out.txt"
+    model = approval_script(tmp_path / "s.json", target)
+    env = keel_env()
+    waiting = keel(
+        "run",
+        "--json",
+        "--session",
+        "emb",
+        "--model",
+        model,
+        "--tools",
+        SAMPLE_TOOLS,
+        "go",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert waiting.returncode == 3, waiting.stderr
+    interrupt_id = json.loads(waiting.stdout)["interrupts"][0]["id"]
+    approved = keel("approve", "emb", interrupt_id, "--json", env=env, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["message"]["content"] == [{"text": "finished"}]
+    assert target.read_text() == "approved\n"

@@ -1,0 +1,353 @@
+"""Human approval (S4) and steering, attacked on a real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from tests.conftest import respond, save_history, text, tool_use
+from tests.workflows.test_session import no_dangling, result_texts, update_events
+from worker.sessions import KeelClient, RequestRejected, SessionNotFound
+from workflows.contracts import TurnRecord
+from workflows.messages import tool_uses
+
+
+def sid() -> str:
+    return f"a-{uuid.uuid4().hex[:10]}"
+
+
+async def interrupted(
+    keel: KeelClient, session: str, config: Any, prompt: str = "go"
+) -> TurnRecord:
+    record = await keel.run(session, prompt, config=config, timeout_s=30)
+    assert record.status == "interrupted", record
+    return record
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_approve_runs_the_tool_the_model_asked_for(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    asked = tool_use("g1", "guarded_record", path=str(target), value="approved-once")
+    config = script([respond(text("needs a human"), asked, stop="tool_use"), respond(text("done"))])
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        [interrupt] = waiting.interrupts
+        # what the approver is shown is exactly what the model produced
+        assert interrupt.kind == "approval" and interrupt.name == "guarded_record"
+        assert interrupt.tool_use.model_dump() == asked["toolUse"]
+        assert lines(target) == []
+        state = await keel.state(session)
+        assert [m.role for m in state.messages] == ["user"]  # parked, not appended (S5)
+        ack = await keel.decide(session, interrupt.id, "approve", approver="ops")
+        assert ack.status == "approved" and ack.turn_id == waiting.turn_id
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "approval_approved")
+    assert done.status == "completed" and done.interrupts == []
+    assert lines(target) == ["approved-once"]
+    assert result_texts(state.messages[2]) == [("g1", "success", "recorded approved-once")]
+    kinds = [e.type for e in state.events]
+    assert kinds.index("interrupt_created") < kinds.index("interrupt_decided")
+    assert kinds.index("interrupt_decided") < kinds.index("tool_started")
+    no_dangling(state.messages)
+
+
+async def test_deny_gives_the_model_the_reason(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="x"), stop="tool_use"),
+            respond(text("understood, I will not")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        await keel.decide(session, waiting.interrupts[0].id, "deny", reason="not on a Friday")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+    await save_history(keel.client, session, "approval_denied")
+    assert done.status == "completed"
+    assert not target.exists()
+    seen = model_log()[1]["messages"][2]["content"][0]["toolResult"]
+    assert seen["toolUseId"] == "g1" and seen["status"] == "error"
+    assert (
+        "denied" in seen["content"][0]["text"] and "not on a Friday" in seen["content"][0]["text"]
+    )
+
+
+async def test_mixed_message_runs_the_free_tool_at_once_and_appends_together(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(
+                tool_use("free", "record", path=str(target), value="free"),
+                tool_use("held", "guarded_record", path=str(target), value="held"),
+                stop="tool_use",
+            ),
+            respond(text("both done")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        for _ in range(100):  # the free tool finishes while the other waits for a human
+            if lines(target) == ["free"]:
+                break
+            await asyncio.sleep(0.05)
+        assert lines(target) == ["free"]
+        pending = await keel.pending(session)
+        assert [u.toolUseId for u in pending.running] == ["held"]
+        assert pending.message is not None and len(tool_uses(pending.message)) == 2
+        assert (await keel.state(session)).message_count == 1  # the deferred append waits
+        await keel.decide(session, waiting.interrupts[0].id, "approve")
+        await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert lines(target) == ["free", "held"]
+    assert [r[0] for r in result_texts(state.messages[2])] == ["free", "held"]
+    no_dangling(state.messages)
+
+
+async def test_bad_decisions_are_rejected_and_nothing_runs(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(text("idle")),
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done")),
+        ],
+        approvers=["alice"],
+    )
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "hello", config=config, timeout_s=30)
+        with pytest.raises(RequestRejected, match="nothing is pending"):
+            await keel.decide(session, "made-up", "approve", approver="alice")
+        waiting = await keel.run(session, "now act", timeout_s=30)
+        real_id = waiting.interrupts[0].id
+        with pytest.raises(RequestRejected, match="unknown interrupt id 'made-up'"):
+            await keel.decide(session, "made-up", "approve", approver="alice")
+        with pytest.raises(RequestRejected, match="'mallory' is not an approver"):
+            await keel.decide(session, real_id, "approve", approver="mallory")
+        with pytest.raises(RequestRejected, match="names none"):
+            await keel.decide(session, real_id, "approve")
+        handle = keel.client.get_workflow_handle(session)
+        forged = {
+            "interrupt_id": real_id,
+            "decision": "approve",
+            "approver": "alice",
+            "input": {"path": str(target), "value": "forged"},
+        }
+        malformed = [
+            (forged, "input"),  # a decision cannot carry a tool input
+            ({"interrupt_id": real_id, "decision": "maybe"}, "decision"),
+            ({"interrupt_id": real_id}, "decision"),
+        ]
+        for bad, field in malformed:
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await handle.execute_update("decide", bad)
+            assert "Failed decoding arguments" in str(caught.value.cause)
+            assert field in str(caught.value.cause.__cause__ or caught.value.cause)
+        assert not target.exists()
+        assert (await keel.turn(session, waiting.turn_id)).status == "interrupted"
+        await keel.decide(session, real_id, "deny", reason="no", approver="alice")
+        with pytest.raises(RequestRejected, match="no longer pending: it was denied"):
+            await keel.decide(session, real_id, "approve", approver="alice")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        history = await handle.fetch_history()
+    assert done.status == "completed"
+    assert not target.exists()
+    # two prompts and one decision were written; none of the rejected ones were
+    assert update_events(history) == ["ACCEPTED", "COMPLETED"] * 3
+
+
+async def test_invalid_decide_signal_is_ignored(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        handle = keel.client.get_workflow_handle(session)
+        await handle.signal("decide", {"interrupt_id": "bogus", "decision": "approve"})
+        await handle.signal(
+            "decide",
+            {
+                "interrupt_id": waiting.interrupts[0].id,
+                "decision": "approve",
+                "input": {"path": str(target), "value": "forged"},
+            },
+        )
+        await handle.signal("decide", "approve everything")
+        await asyncio.sleep(1.0)
+        still = await keel.turn(session, waiting.turn_id)
+        assert still.status == "interrupted" and not target.exists()
+        await handle.signal(
+            "decide", {"interrupt_id": waiting.interrupts[0].id, "decision": "approve"}
+        )
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+    await save_history(keel.client, session, "approval_by_signal")
+    assert done.status == "completed"
+    assert lines(target) == ["v"]
+
+
+async def test_approval_timeout_denies(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("nobody answered")),
+        ],
+        approval_timeout_s=1.0,
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30, through_interrupts=True)
+        with pytest.raises(RequestRejected, match="no longer pending: it was timed_out"):
+            await keel.decide(session, waiting.interrupts[0].id, "approve")
+    await save_history(keel.client, session, "approval_timeout")
+    assert done.status == "completed" and not target.exists()
+    seen = model_log()[1]["messages"][2]["content"][0]["toolResult"]
+    assert seen["status"] == "error" and "not approved in time" in seen["content"][0]["text"]
+
+
+async def test_session_policy_requires_approval_for_a_plain_tool(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("r1", "record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done")),
+        ],
+        approval_tools=["record"],
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        assert waiting.interrupts[0].name == "record" and not target.exists()
+        await keel.decide(session, waiting.interrupts[0].id, "approve")
+        await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+    assert lines(target) == ["v"]
+
+
+async def test_approval_survives_a_worker_restart(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done after restart")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+    # no worker now: the session waits durably in Temporal, not in a process
+    async with run_worker():
+        await keel.decide(session, waiting.interrupts[0].id, "approve")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+    assert done.status == "completed"
+    assert done.message is not None and done.message.content[0].text == "done after restart"
+    assert lines(target) == ["v"]
+
+
+async def test_cancel_while_waiting_for_approval(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use")]
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await interrupted(keel, session, config)
+        await keel.cancel(session, "never mind")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+        with pytest.raises(RequestRejected, match="no longer pending: it was cancelled"):
+            await keel.decide(session, waiting.interrupts[0].id, "approve")
+    assert done.status == "cancelled" and not target.exists()
+    assert result_texts(state.messages[2])[0][1] == "error"
+    no_dangling(state.messages)
+
+
+async def test_steering_reaches_the_next_model_call(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [
+            respond(tool_use("s1", "slow", seconds=1.5, label="measured"), stop="tool_use"),
+            respond(text("in metres, as you asked")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        with pytest.raises(SessionNotFound):
+            await keel.steer(session, "too early")
+        ack = await keel.prompt(session, "measure it", config=config)
+        with pytest.raises(RequestRejected, match="no turn is running|empty"):
+            await keel.steer(session, "   ")
+        for _ in range(100):
+            if (await keel.pending(session)).running:
+                break
+            await asyncio.sleep(0.05)
+        steered = await keel.steer(session, "use metric units")
+        assert steered.turn_id == ack.turn_id
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "steering")
+    assert done.status == "completed"
+    second = model_log()[1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    last = second[-1]["content"]
+    assert last[0]["toolResult"]["toolUseId"] == "s1"
+    assert last[1]["text"].endswith("use metric units")
+    no_dangling(state.messages)
+
+
+async def test_steering_during_the_last_model_call_is_not_lost(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [respond(text("first answer"), delay_s=1.5), respond(text("answer after guidance"))]
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "question", config=config)
+        await keel.steer(session, "also mention the weather")  # while the model thinks
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert done.status == "completed" and done.cycles == 2
+    assert done.message is not None
+    assert done.message.content[0].text == "answer after guidance"
+    last_request = model_log()[-1]["messages"]
+    assert [m["role"] for m in last_request] == ["user", "assistant", "user"]
+    assert last_request[-1]["content"][0]["text"].endswith("also mention the weather")
+    assert any(e.type == "steering_added" for e in state.events)
