@@ -33,7 +33,17 @@ from workflows.messages import ToolResult, ToolUse
 from workflows.policies import TOOL_REGISTRY_ERROR
 
 SAMPLE = "tests.sample_tools"
-SAMPLE_TOOLS = {"echo", "add", "slow", "slow_sync", "boom", "hang", "whoami", "record", "guarded_record"}
+SAMPLE_TOOLS = {
+    "echo",
+    "add",
+    "slow",
+    "slow_sync",
+    "boom",
+    "hang",
+    "whoami",
+    "record",
+    "guarded_record",
+}
 
 
 @pytest.fixture
