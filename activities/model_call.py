@@ -2,20 +2,52 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import threading
+import time
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import run_in_thread_with_heartbeat
 from activities.models import ModelError, resolve_model
 from workflows.contracts import ModelRequest, ModelResponse
 from workflows.policies import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE
+
+HEARTBEAT_EVERY_S = 2.0
+# Once a stream has started, this long without any output means it is stuck: the attempt
+# fails (retryably) instead of waiting for the start-to-close timeout.
+STREAM_STALL_S = 90.0
+
+
+class _Progress:
+    """What a provider's stream has delivered so far; written by the provider's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.text_chars = 0
+        self.events = 0
+        self.last_at: float | None = None
+
+    def __call__(self, delta: str) -> None:
+        with self._lock:
+            self.text_chars += len(delta)
+            self.events += 1
+            self.last_at = time.monotonic()
+
+    def stalled_for(self) -> float:
+        """Seconds since the last output, 0 before the stream started."""
+        with self._lock:
+            return 0.0 if self.last_at is None else time.monotonic() - self.last_at
 
 
 @activity.defn(name=MODEL_ACTIVITY)
 async def converse(request: ModelRequest) -> ModelResponse:
     """Call the session's model with the conversation and tool specs.
+
+    The provider runs in a thread; this coroutine heartbeats (with how much output has
+    arrived) so Temporal notices a dead worker, and fails the attempt when a started stream
+    stalls.
 
     Args:
         request: the conversation, system prompt, tools and model spec.
@@ -24,11 +56,26 @@ async def converse(request: ModelRequest) -> ModelResponse:
         The assistant message, stop reason and token usage.
 
     Raises:
-        ApplicationError: non-retryable, for failures retrying cannot fix.
+        ApplicationError: non-retryable for failures retrying cannot fix (``ModelError``);
+            retryable for a stalled stream. Other provider exceptions propagate and are
+            retried by Temporal.
     """
+    progress = _Progress()
     try:
         provider = resolve_model(request.model)
-        response = await run_in_thread_with_heartbeat(functools.partial(provider.converse, request))
+        call = functools.partial(provider.converse, request, progress)
+        task = asyncio.ensure_future(asyncio.to_thread(call))
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+            if done:
+                response = task.result()
+                break
+            if progress.stalled_for() > STREAM_STALL_S:
+                raise ApplicationError(
+                    f"model stream stalled: no output for {STREAM_STALL_S:g} s",
+                    type="KeelModelStreamStalled",
+                )
+            activity.heartbeat({"text_chars": progress.text_chars, "events": progress.events})
     except ModelError as err:
         raise ApplicationError(
             str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True

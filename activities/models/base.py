@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from workflows.contracts import ModelRequest, ModelResponse, ToolSpec
+
+# Called by a provider as output arrives: a text delta, or "" for progress without text
+# (a tool-input chunk, a metadata event). The model activity uses it to detect stalled
+# streams and to show text to watchers.
+DeltaCallback = Callable[[str], None]
 
 
 class ModelError(Exception):
     """A model failure that retrying cannot fix (bad request, unknown model, script exhausted).
 
     The model activity turns it into a non-retryable Temporal failure; the turn ends with
-    this message as its error and the session stays usable.
+    this message as its error and the session stays usable. Any other exception a provider
+    raises is retried by Temporal with backoff (``workflows.policies.MODEL_RETRY``).
     """
 
 
@@ -19,12 +26,19 @@ class ModelProvider(Protocol):
     """A model that answers one Converse-shaped request.
 
     ``converse`` is synchronous: the model activity runs it in a thread, so providers may use
-    blocking clients such as boto3. Raise ``ModelError`` for failures retrying cannot fix; any
-    other exception is retried by Temporal.
+    blocking clients such as boto3.
     """
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
-        """Answer one request with one assistant message."""
+    def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
+        """Answer one request with one assistant message.
+
+        Args:
+            request: conversation, system prompt, tool specs, inference config.
+            on_delta: call as output arrives (see ``DeltaCallback``).
+
+        Raises:
+            ModelError: for failures that retrying cannot fix.
+        """
         ...
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from activities.models.base import ModelError, converse_tool_config
+from activities.models.base import DeltaCallback, ModelError, converse_tool_config
 from workflows.contracts import KeelModel, ModelRequest, ModelResponse
 from workflows.messages import ContentBlock, Message, TokenUsage
 
@@ -73,7 +73,7 @@ class ScriptedProvider:
             raise ModelError("scripted model spec needs a file: scripted:<path.json>")
         self.path = Path(path)
 
-    def converse(self, request: ModelRequest) -> ModelResponse:
+    def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
         """Answer with the scripted response for this point of the conversation."""
         _log_request(request)
         script = load_script(self.path)
@@ -93,6 +93,8 @@ class ScriptedProvider:
                 outputTokens=usage.outputTokens,
                 totalTokens=usage.inputTokens + usage.outputTokens,
             )
+        for block in entry.content:
+            on_delta(block.text or "")
         return ModelResponse(
             message=Message(role="assistant", content=entry.content),
             stopReason=entry.stopReason,
