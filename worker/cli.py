@@ -141,6 +141,8 @@ def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionC
             approval_tools=_tool_modules(args.require_approval),
             approvers=_tool_modules(args.approvers),
             approval_timeout_s=args.approval_timeout,
+            max_cycles_per_turn=args.max_cycles,
+            max_session_tokens=args.token_budget,
         )
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {err}") from err
@@ -317,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
     )
+    run.add_argument("--max-cycles", type=int, metavar="N", help="model calls allowed per turn")
+    run.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(handler=cmd_run)
 

@@ -75,6 +75,10 @@ class SessionConfig(KeelModel):
             session. The identity is what the decision claims: Temporal's own authorization
             decides who may send updates at all.
         approval_timeout_s: deny an interrupt nobody decided within this many seconds.
+        max_cycles_per_turn: end a turn (stop reason ``max_cycles``) before a model call
+            past this many.
+        max_session_tokens: end a turn (stop reason ``token_budget``) before a model call
+            once the session has used this many tokens; later prompts are refused.
     """
 
     model: str = Field(min_length=1)
@@ -84,6 +88,8 @@ class SessionConfig(KeelModel):
     approval_tools: list[str] = Field(default_factory=list)
     approvers: list[str] = Field(default_factory=list)
     approval_timeout_s: float | None = Field(default=None, gt=0)
+    max_cycles_per_turn: int | None = Field(default=None, gt=0)
+    max_session_tokens: int | None = Field(default=None, gt=0)
 
 
 class SessionInput(KeelModel):

@@ -179,7 +179,7 @@ class AgentSession:
                 self._tools = await self._describe_tools()
             while True:
                 self._check_cancel()
-                if await self._cycle(record):
+                if self._over_budget(record) or await self._cycle(record):
                     break
         except _TurnCancelled:
             ledger.end_turn(record, "cancelled", "cancelled", error=self._cancel_reason)
@@ -195,6 +195,19 @@ class AgentSession:
             workflow.logger.info(
                 "turn %s ended %s: %s", record.turn_id, record.status, record.error
             )
+
+    def _over_budget(self, record: TurnRecord) -> bool:
+        """End the turn instead of calling the model past a budget; True when it ended."""
+        config, used = self._config, self._ledger.usage.totalTokens
+        if config.max_cycles_per_turn is not None and record.cycles >= config.max_cycles_per_turn:
+            error = f"turn reached its budget of {config.max_cycles_per_turn} model calls"
+            self._ledger.end_turn(record, "failed", "max_cycles", error=error)
+            return True
+        if config.max_session_tokens is not None and used >= config.max_session_tokens:
+            error = f"session used {used} tokens of its budget of {config.max_session_tokens}"
+            self._ledger.end_turn(record, "failed", "token_budget", error=error)
+            return True
+        return False
 
     async def _cycle(self, record: TurnRecord) -> bool:
         """Run one cycle; returns True when the turn has ended."""
@@ -400,6 +413,9 @@ class AgentSession:
     def _validate_prompt(self, input: PromptInput) -> None:
         if self._closing:
             raise InputRejected("session is closing; it takes no more prompts")
+        budget, used = self._config.max_session_tokens, self._ledger.usage.totalTokens
+        if budget is not None and used >= budget:
+            raise InputRejected(f"session used {used} tokens of its budget of {budget}")
         validate_prompt(input.role, input.content)
 
     @workflow.update

@@ -437,3 +437,44 @@ async def test_unknown_model_spec_fails_the_turn_clearly(keel: KeelClient, run_w
         )
     assert record.status == "failed"
     assert record.error is not None and "unknown model spec 'nosuch:thing'" in record.error
+
+
+async def test_cycle_budget_ends_a_looping_turn(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    loop = [respond(tool_use(f"t{i}", "echo", text="again"), stop="tool_use") for i in range(5)]
+    config = script(loop, max_cycles_per_turn=2)
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "loop forever", config=config, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "failed" and record.stop_reason == "max_cycles"
+    assert record.error == "turn reached its budget of 2 model calls"
+    assert record.cycles == 2 and len(model_log()) == 2
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant", "user"]
+    no_dangling(state.messages)
+
+
+async def test_token_budget_ends_turn_and_refuses_prompts(
+    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+) -> None:
+    config = script(
+        [
+            respond(text("one"), tokens=10),  # 20 tokens
+            respond(tool_use("t", "echo", text="x"), stop="tool_use", tokens=10),  # 40
+            respond(text("never reached")),
+        ],
+        max_session_tokens=30,
+    )
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "first", config=config, timeout_s=30)
+        second = await keel.run(session, "second", timeout_s=30)
+        with pytest.raises(RequestRejected, match="40 tokens of its budget of 30"):
+            await keel.prompt(session, "third")
+        state = await keel.state(session)
+    assert first.status == "completed"
+    assert second.status == "failed" and second.stop_reason == "token_budget"
+    assert second.cycles == 1 and len(model_log()) == 2
+    assert state.usage.totalTokens == 40
+    no_dangling(state.messages)
