@@ -12,7 +12,7 @@ from pathlib import Path
 
 from activities.tools import tool
 
-__all__ = ["list_files", "read_file", "write_file"]
+__all__ = ["delete_file", "list_files", "read_file", "write_file"]
 
 WORKSPACE_ENV = "KEEL_WORKSPACE"
 MAX_READ_BYTES = 64_000
@@ -64,3 +64,15 @@ def write_file(path: str, content: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(content, encoding="utf-8")
     return f"wrote {len(content)} characters to {path}"
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file from the workspace; a human must approve each call.
+
+    Args:
+        path: file to delete, relative to the workspace.
+    """
+    target = _inside(path)
+    target.unlink()
+    return f"deleted {path}"
