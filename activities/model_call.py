@@ -14,7 +14,10 @@ from activities.models import ModelError, resolve_model
 from workflows.contracts import ModelRequest, ModelResponse
 from workflows.policies import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE
 
-HEARTBEAT_EVERY_S = 2.0
+HEARTBEAT_EVERY_S = 1.0
+# Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
+# they live in the activity's pending state on the server, never in workflow history.
+STREAM_TAIL_CHARS = 4000
 # Once a stream has started, this long without any output means it is stuck: the attempt
 # fails (retryably) instead of waiting for the start-to-close timeout.
 STREAM_STALL_S = 90.0
@@ -28,12 +31,20 @@ class _Progress:
         self.text_chars = 0
         self.events = 0
         self.last_at: float | None = None
+        self._tail = ""
 
     def __call__(self, delta: str) -> None:
         with self._lock:
             self.text_chars += len(delta)
             self.events += 1
             self.last_at = time.monotonic()
+            if delta:
+                self._tail = (self._tail + delta)[-STREAM_TAIL_CHARS:]
+
+    def details(self) -> dict[str, object]:
+        """Heartbeat details: how much arrived, and the tail of the text."""
+        with self._lock:
+            return {"text_chars": self.text_chars, "events": self.events, "text": self._tail}
 
     def stalled_for(self) -> float:
         """Seconds since the last output, 0 before the stream started."""
@@ -75,7 +86,7 @@ async def converse(request: ModelRequest) -> ModelResponse:
                     f"model stream stalled: no output for {STREAM_STALL_S:g} s",
                     type="KeelModelStreamStalled",
                 )
-            activity.heartbeat({"text_chars": progress.text_chars, "events": progress.events})
+            activity.heartbeat(progress.details())
     except ModelError as err:
         raise ApplicationError(
             str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True

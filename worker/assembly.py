@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -62,6 +63,9 @@ def build_worker(
     """
     load_tool_modules(list(tool_modules))
     options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
+    # Send heartbeats (which carry streamed model text for watchers) at most once a second
+    # instead of every 0.8 x heartbeat timeout.
+    options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
     return Worker(
         client,
         task_queue=task_queue,
