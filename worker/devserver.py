@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -219,6 +220,11 @@ class DevServer:
         return self.data_dir / "temporal.log"
 
     @property
+    def lock_path(self) -> Path:
+        """The file naming the live server and the process that owns it."""
+        return self.data_dir / "server.json"
+
+    @property
     def running(self) -> bool:
         """Whether the server process was started and has not exited."""
         return self._process is not None and self._process.returncode is None
@@ -274,6 +280,7 @@ class DevServer:
         if not _port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        await self._reap_orphan()
         command = self._command(cli)
         log_file = self.log_path.open("ab")
         log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
@@ -292,6 +299,11 @@ class DevServer:
         except OSError as err:
             self._close_log()
             raise DevServerError(f"cannot run Temporal CLI {cli!r}: {err}") from err
+        self.lock_path.write_text(
+            json.dumps(
+                {"server_pid": self._process.pid, "owner_pid": os.getpid(), "address": self.address}
+            )
+        )
         try:
             await self._wait_ready(log_offset)
         except BaseException:
@@ -383,8 +395,71 @@ class DevServer:
         finally:
             self._process = None
             self._close_log()
+            with contextlib.suppress(OSError):
+                self.lock_path.unlink()
 
     def _close_log(self) -> None:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+    async def _reap_orphan(self) -> None:
+        """Deal with a server a previous keel process left on this data directory.
+
+        Two servers must never share one SQLite file. If the owner of the recorded server is
+        still alive, the directory is in use: refuse. If the owner died (a crash or SIGKILL
+        of ``keel run``), stop the orphaned server so a new one can take over its database.
+
+        Raises:
+            DevServerError: another live keel process owns a server on this directory.
+        """
+        try:
+            record = json.loads(self.lock_path.read_text())
+            server_pid, owner_pid = int(record["server_pid"]), int(record["owner_pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if owner_pid != os.getpid() and _alive(owner_pid) and _alive(server_pid):
+            raise DevServerError(
+                f"the embedded Temporal in {self.data_dir} is in use by keel process {owner_pid} "
+                f"(server at {record.get('address')}); wait for it, or run `keel dev` once and "
+                "let every terminal share it"
+            )
+        if _alive(server_pid) and _is_dev_server(server_pid):
+            logger.warning(
+                "stopping Temporal dev server pid %s left running by a keel process that died",
+                server_pid,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server_pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_grace_s
+            while _alive(server_pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if _alive(server_pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(server_pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.lock_path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (zombies count as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _is_dev_server(pid: int) -> bool:
+    """Whether the process looks like ``temporal server start-dev`` (True where unknowable)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"start-dev" in cmdline

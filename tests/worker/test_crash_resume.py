@@ -1,0 +1,127 @@
+"""Embedded mode after a crash: the orphaned server is reaped and the session resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.worker.test_cli import ROOT, keel, keel_env, write_script
+from worker.devserver import DevServer, DevServerError
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    marker = tmp_path / "tool-ran.txt"
+    model = write_script(
+        tmp_path / "s.json",
+        [
+            respond(
+                tool_use("r", "record", path=str(marker), value="before-kill"),
+                tool_use("s", "slow", seconds=4.0, label="survived"),
+                stop="tool_use",
+            ),
+            respond(text("turn one done")),
+            respond(text("turn two done")),
+        ],
+    )
+    env = keel_env(KEEL_HOME=str(home))
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "run",
+            "--session",
+            "crashy",
+            "--model",
+            model,
+            "--tools",
+            SAMPLE_TOOLS,
+            "start",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # the turn is now inside its tools
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the first turn never reached its tools"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    orphan = json.loads((home / "server.json").read_text())["server_pid"]
+    assert orphan in processes_mentioning(str(home))  # the server outlived its owner
+
+    second = keel("run", "--json", "--session", "crashy", "next", env=env, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["message"]["content"] == [{"text": "turn two done"}]
+    shown = keel("show", "crashy", "--json", env=env, timeout=120)
+    conv = json.loads(shown.stdout)["messages"]
+    assert [m["role"] for m in conv] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    results = {b["toolResult"]["toolUseId"]: b["toolResult"] for b in conv[2]["content"]}
+    assert results["s"]["status"] == "success" and results["s"]["content"] == [{"text": "survived"}]
+    # the record tool had finished before the kill; its result was kept, not re-run
+    assert marker.read_text().splitlines() == ["before-kill"]
+    assert processes_mentioning(str(home)) == [], "a dev server outlived keel"
+
+
+@pytest.fixture
+def fake_process() -> list[subprocess.Popen[bytes]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_live_owner_keeps_the_data_dir(tmp_path: Path, fake_process: list) -> None:
+    owner = subprocess.Popen(["sleep", "30"])
+    server = subprocess.Popen(["bash", "-c", "exec -a temporal-start-dev sleep 30"])
+    fake_process += [owner, server]
+    (tmp_path / "server.json").write_text(
+        json.dumps({"server_pid": server.pid, "owner_pid": owner.pid, "address": "127.0.0.1:1"})
+    )
+    with pytest.raises(DevServerError, match=f"in use by keel process {owner.pid}"):
+        await DevServer(tmp_path, ui=False).start()
+    assert server.poll() is None
+
+    owner.kill()
+    owner.wait()
+    async with DevServer(tmp_path, ui=False) as dev:
+        assert server.wait(timeout=15) is not None  # the orphan was stopped
+        assert json.loads(dev.lock_path.read_text())["owner_pid"] == os.getpid()
+    assert not (tmp_path / "server.json").exists()
