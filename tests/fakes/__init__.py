@@ -1,0 +1,1 @@
+"""Local fakes of external services, spoken to by the real client libraries in tests."""
