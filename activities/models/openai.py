@@ -1,0 +1,687 @@
+"""The ``openai:<model>`` provider: any OpenAI-compatible chat-completions server.
+
+Talks to Ollama, vLLM, llama.cpp (or OpenAI itself) with the standard library only. The server
+is ``OPENAI_BASE_URL`` (default ``http://127.0.0.1:11434/v1``, Ollama's), read when the
+provider is created; ``OPENAI_API_KEY``, when set, is sent as a bearer token.
+
+Spec: ``openai:<model>[?option=value&...]``. The model name may itself contain ``:``
+(``openai:llama3.2:3b``). Options:
+
+* ``stream=true|false`` (default true): with ``false`` the request asks for one JSON body
+  instead of a server-sent-event stream. A streaming request that is answered with a plain
+  JSON body (a server that ignores ``stream``) is read as a non-streamed answer too.
+* ``timeout=<seconds>`` (default 300): socket timeout for connecting and for each read; a
+  non-streamed answer must arrive whole within it.
+
+Conversation mapping (Converse -> chat completions):
+
+* the system prompt becomes a leading ``system`` message;
+* each toolResult block of a user message becomes one ``tool`` message (``tool_call_id``,
+  its text and JSON blocks as text, prefixed ``error: `` when the result is an error), in
+  order and before the user message that carries the rest of the blocks;
+* user text becomes a string content, or text and ``image_url`` parts (images as ``data:``
+  URLs) when the message has images;
+* document blocks of text formats (txt, md, csv, html) are sent inline as text under a
+  ``[document <name> (<format>)]`` header; other formats, and images or documents that only
+  name an S3 location, are replaced by a bracketed note saying they were not sent, so a
+  session holding one stays usable;
+* an assistant message becomes ``content`` (its text blocks joined, ``""`` when it has none,
+  as Ollama rejects a null content) plus ``tool_calls``; reasoning and cache-point blocks are
+  not sent.
+
+Response mapping: text deltas form one text block, followed by one toolUse block per tool
+call in index order. A call's id becomes the ``toolUseId``; a call without an id (or with one
+that is longer than 64 characters or already used in the conversation) gets the stable id
+``call_<turn>_<cycle>_<index>``, unique within the session so that id-less servers do not
+trip the workflow's duplicate-id check on the next cycle. Arguments that are not a complete
+JSON object become the input ``{}``. Finish reasons: ``stop`` -> ``end_turn`` (``tool_use``
+when the message carries tool calls, as some Ollama versions report ``stop`` for them;
+``stop_sequence`` when vLLM names a matched stop sequence), ``tool_calls`` -> ``tool_use``,
+``length`` -> ``max_tokens``, ``content_filter`` -> ``content_filtered``; others pass through.
+
+Errors: HTTP 408, 409, 425, 429 and 5xx, unreachable servers, timeouts, broken connections,
+malformed chunks and streams that end before a finish reason raise ``OpenAITransientError``,
+which Temporal retries. Other 4xx answers raise ``ModelError`` with the status and the
+server's message; so does any error that says the conversation exceeds the context window.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.models.base import DeltaCallback, ModelError
+from workflows.contracts import ModelRequest, ModelResponse, ToolSpec
+from workflows.messages import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    TokenUsage,
+    ToolResult,
+    ToolUse,
+)
+
+logger = logging.getLogger(__name__)
+
+BASE_URL_ENV = "OPENAI_BASE_URL"
+API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
+DEFAULT_TIMEOUT_S = 300.0
+
+FINISH_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filtered",
+}
+# Statuses worth retrying besides every 5xx; any other 4xx is the request's fault.
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+# Lower-case fragments of the errors servers give for a conversation that does not fit.
+CONTEXT_MARKERS = (
+    "context length",
+    "maximum context",
+    "context window",
+    "context size",
+    "context_length_exceeded",
+)
+TEXT_DOCUMENT_FORMATS = frozenset({"txt", "md", "csv", "html"})
+MAX_TOOL_USE_ID = 64
+MAX_ERROR_TEXT = 500
+
+JSON = dict[str, Any]
+
+
+class OpenAITransientError(Exception):
+    """A failure that may pass: rate limits, server errors, broken connections or streams.
+
+    An ordinary exception on purpose: the model activity lets it propagate and Temporal
+    retries the call with backoff.
+    """
+
+
+class OpenAIProvider:
+    """A model served by an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Attributes:
+        model: the model name sent to the server.
+        stream: whether the request asks for a server-sent-event stream.
+        timeout_s: socket timeout for connecting and for each read.
+        base_url: the server's API root, without a trailing slash.
+        api_key: the bearer token, if ``OPENAI_API_KEY`` is set.
+    """
+
+    def __init__(self, model: str) -> None:
+        """Create a provider for the part of a spec after ``openai:``.
+
+        Args:
+            model: ``<model>[?stream=true|false&timeout=<seconds>]``.
+
+        Raises:
+            ModelError: the model name is empty, an option is unknown or invalid, or
+                ``OPENAI_BASE_URL`` is not an http(s) URL.
+        """
+        name, _, query = model.partition("?")
+        if not name:
+            raise ModelError("openai model spec needs a model name: openai:<model>")
+        self.model = name
+        self.stream = True
+        self.timeout_s = DEFAULT_TIMEOUT_S
+        for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            if key == "stream" and value.lower() in ("true", "1", "yes"):
+                self.stream = True
+            elif key == "stream" and value.lower() in ("false", "0", "no"):
+                self.stream = False
+            elif key == "timeout" and _positive_float(value) is not None:
+                self.timeout_s = float(value)
+            else:
+                raise ModelError(
+                    f"openai model spec {model!r}: unknown or invalid option {key}={value!r}; "
+                    "options are stream=true|false and timeout=<seconds>"
+                )
+        base = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        parts = urllib.parse.urlsplit(base)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ModelError(f"{BASE_URL_ENV}={base!r} is not an http(s) URL")
+        self.base_url = base.rstrip("/")
+        self.api_key = os.environ.get(API_KEY_ENV) or None
+
+    @property
+    def url(self) -> str:
+        """The chat-completions endpoint."""
+        return f"{self.base_url}/chat/completions"
+
+    def request_body(self, request: ModelRequest) -> JSON:
+        """The chat-completions request body for a Converse-shaped request.
+
+        Args:
+            request: the conversation, system prompt, tools and inference config.
+        """
+        body: JSON = {
+            "model": self.model,
+            "messages": chat_messages(request.system, request.messages),
+            "stream": self.stream,
+        }
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        if request.tools:
+            body["tools"] = chat_tools(request.tools)
+        config = request.inference
+        if config is not None:
+            if config.maxTokens is not None:
+                body["max_tokens"] = config.maxTokens
+            if config.temperature is not None:
+                body["temperature"] = config.temperature
+            if config.topP is not None:
+                body["top_p"] = config.topP
+            if config.stopSequences:
+                body["stop"] = list(config.stopSequences)
+        return body
+
+    def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
+        """Send the conversation to the server and assemble its answer.
+
+        Args:
+            request: the conversation, system prompt, tools and inference config.
+            on_delta: called with each text delta, and with ``""`` for other chunks.
+
+        Raises:
+            ModelError: the server rejected the request in a way retrying cannot fix.
+            OpenAITransientError: a failure worth retrying.
+        """
+        data = json.dumps(self.request_body(request)).encode("utf-8")
+        http_request = urllib.request.Request(
+            self.url, data=data, headers=self._headers(), method="POST"
+        )
+        logger.debug(
+            "POST %s model %s: %s messages, stream %s",
+            self.url,
+            self.model,
+            len(request.messages),
+            self.stream,
+        )
+        assembler = _Assembler()
+        try:
+            with urllib.request.urlopen(http_request, timeout=self.timeout_s) as response:
+                if response.headers.get_content_type() == "text/event-stream":
+                    self._read_stream(response, assembler, on_delta)
+                else:
+                    self._read_body(response.read(), assembler, on_delta)
+        except urllib.error.HTTPError as err:
+            raise self._http_failure(err.code, _read_error_body(err), err.reason) from err
+        except urllib.error.URLError as err:
+            raise self._transient(f"cannot reach the server: {err.reason}") from err
+        except (OSError, http.client.HTTPException) as err:
+            # timeouts, resets, and chunked bodies cut short (IncompleteRead)
+            raise self._transient(
+                f"connection failed or broke off: {type(err).__name__}: {err}"
+            ) from err
+        return assembler.response(request)
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.stream else "application/json",
+            "User-Agent": "keel",
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _read_stream(
+        self, lines: Iterable[bytes], assembler: _Assembler, on_delta: DeltaCallback
+    ) -> None:
+        done = False
+        for kind, payload in _sse_events(lines):
+            if kind == "data" and payload.strip() == "[DONE]":
+                done = True
+                break
+            chunk = self._parse_chunk(payload)
+            if kind == "error" or chunk.get("error"):
+                raise self._stream_failure(chunk)
+            on_delta(assembler.add(chunk))
+        if assembler.finish_reason is None:
+            if not done:
+                raise self._transient("the stream ended before a finish reason (cut short)")
+            logger.warning("model %s: stream ended with [DONE] but no finish reason", self.model)
+        elif not done:
+            logger.debug(
+                "model %s: stream closed after its finish reason without [DONE]", self.model
+            )
+
+    def _read_body(self, raw: bytes, assembler: _Assembler, on_delta: DeltaCallback) -> None:
+        if raw.lstrip().startswith(b"data:"):
+            # an event stream the server labelled with another content type
+            self._read_stream(raw.splitlines(keepends=True), assembler, on_delta)
+            return
+        body = self._parse_chunk(raw.decode("utf-8", errors="replace"))
+        if body.get("error"):
+            raise self._stream_failure(body)
+        if not isinstance(body.get("choices"), list) or not body["choices"]:
+            raise ModelError(f"{self._where()} answered without choices: {_clip(json.dumps(body))}")
+        on_delta(assembler.add(body))
+        if assembler.finish_reason is None:
+            assembler.finish_reason = "stop"
+
+    def _parse_chunk(self, payload: str) -> JSON:
+        try:
+            chunk = json.loads(payload)
+        except ValueError as err:
+            raise self._transient(f"malformed JSON from the server: {_clip(payload)!r}") from err
+        if not isinstance(chunk, dict):
+            raise self._transient(f"unexpected JSON from the server: {_clip(payload)!r}")
+        return chunk
+
+    def _where(self) -> str:
+        return f"OpenAI-compatible server at {self.base_url} (model {self.model!r})"
+
+    def _transient(self, what: str) -> OpenAITransientError:
+        message = f"{self._where()}: {what}; will retry"
+        logger.warning("%s", message)
+        return OpenAITransientError(message)
+
+    def _http_failure(self, status: int, body: bytes, reason: object) -> Exception:
+        message = _error_message(body) or str(reason or "") or "no error message"
+        return self._classify(status, message)
+
+    def _stream_failure(self, chunk: JSON) -> Exception:
+        """An error the server sent inside a 200 answer (as a stream event or JSON body)."""
+        err = chunk.get("error")
+        code = err.get("code") if isinstance(err, dict) else None
+        status = code if isinstance(code, int) and 400 <= code < 600 else None
+        message = _error_message(json.dumps(chunk).encode("utf-8")) or "no error message"
+        return self._classify(status, message)
+
+    def _classify(self, status: int | None, message: str) -> Exception:
+        """Turn an error answer into ``ModelError`` or ``OpenAITransientError``.
+
+        Args:
+            status: the HTTP status; ``None`` for an error reported inside a stream.
+            message: the server's error message.
+        """
+        label = f"HTTP {status}" if status is not None else "error in stream"
+        if any(marker in message.lower() for marker in CONTEXT_MARKERS):
+            return ModelError(
+                f"the conversation does not fit the context window of model {self.model!r} "
+                f"({label} from {self.base_url}): {message}"
+            )
+        if status is None or status >= 500 or status in RETRYABLE_STATUSES or status < 400:
+            return self._transient(f"{label}: {message}")
+        hint = ""
+        if status == 404:
+            hint = (
+                f"; the model {self.model!r} may not exist on the server (for Ollama: "
+                f"ollama pull {self.model}), or {self.base_url} is not an OpenAI-compatible "
+                "API root (it usually ends in /v1)"
+            )
+        elif status in (401, 403):
+            hint = f"; check {API_KEY_ENV}"
+        return ModelError(f"{self._where()} rejected the request ({label}): {message}{hint}")
+
+
+# ----------------------------------------------------------------------------- request mapping
+
+
+def chat_messages(system: str | None, messages: list[Message]) -> list[JSON]:
+    """Converse messages as chat-completions messages (see the module docstring).
+
+    Args:
+        system: the system prompt, if any.
+        messages: the conversation.
+    """
+    out: list[JSON] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if message.role == "assistant":
+            out.append(_assistant_message(message))
+        else:
+            out.extend(_user_messages(message))
+    return out
+
+
+def chat_tools(tools: list[ToolSpec]) -> list[JSON]:
+    """Tool specs in the chat-completions ``tools`` shape.
+
+    Args:
+        tools: the session's tools.
+    """
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.inputSchema,
+            },
+        }
+        for t in tools
+    ]
+
+
+def _assistant_message(message: Message) -> JSON:
+    texts: list[str] = []
+    calls: list[JSON] = []
+    for block in message.content:
+        if block.toolUse is not None:
+            use = block.toolUse
+            calls.append(
+                {
+                    "id": use.toolUseId,
+                    "type": "function",
+                    "function": {"name": use.name, "arguments": json.dumps(use.input)},
+                }
+            )
+        else:
+            text = _block_text(block)
+            if text is not None:
+                texts.append(text)
+    out: JSON = {"role": "assistant", "content": "\n".join(texts)}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _user_messages(message: Message) -> list[JSON]:
+    out: list[JSON] = []
+    parts: list[JSON] = []
+    for block in message.content:
+        if block.toolResult is not None:
+            out.append(_tool_message(block.toolResult))
+        elif block.image is not None and block.image.source.bytes is not None:
+            parts.append({"type": "image_url", "image_url": {"url": _data_url(block.image)}})
+        else:
+            text = _block_text(block)
+            if text is not None:
+                parts.append({"type": "text", "text": text})
+    if parts and all(p["type"] == "text" for p in parts):
+        out.append({"role": "user", "content": "\n".join(p["text"] for p in parts)})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _tool_message(result: ToolResult) -> JSON:
+    texts: list[str] = []
+    for item in result.content:
+        if item.text is not None:
+            texts.append(item.text)
+        elif item.image is not None:
+            texts.append(f"[image ({item.image.format}) not sent: tool results carry text only]")
+        elif item.document is not None:
+            texts.append(_document_text(item.document))
+        else:
+            texts.append(json.dumps(item.json_, ensure_ascii=False))
+    content = "\n".join(texts)
+    if result.status == "error":
+        content = f"error: {content}"
+    return {"role": "tool", "tool_call_id": result.toolUseId, "content": content}
+
+
+def _block_text(block: ContentBlock) -> str | None:
+    """The text a non-tool block is sent as; ``None`` for blocks that are not sent."""
+    if block.text is not None:
+        return block.text
+    if block.document is not None:
+        return _document_text(block.document)
+    if block.image is not None:
+        return f"[image ({block.image.format}) not sent: only inline image bytes are supported]"
+    if block.guardContent is not None:
+        inner = block.guardContent.get("text")
+        if isinstance(inner, dict) and isinstance(inner.get("text"), str):
+            return str(inner["text"])
+    return None
+
+
+def _document_text(document: DocumentBlock) -> str:
+    header = f"[document {document.name!r} ({document.format})"
+    data = document.source.bytes
+    if document.format in TEXT_DOCUMENT_FORMATS and data is not None:
+        return f"{header}]\n{data.decode('utf-8', errors='replace')}"
+    return (
+        f"{header} not sent: this model server is sent only inline text documents "
+        f"({', '.join(sorted(TEXT_DOCUMENT_FORMATS))})]"
+    )
+
+
+def _data_url(image: ImageBlock) -> str:
+    data = image.source.bytes or b""
+    return f"data:image/{image.format};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+# ---------------------------------------------------------------------------- response parsing
+
+
+def _sse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, str]]:
+    """Server-sent events as ``(field, data)``: ``data`` events, and ``error`` lines.
+
+    llama.cpp reports some failures as a bare ``error: {...}`` line; it is passed on as an
+    ``error`` event. Comments, ``event:``, ``id:`` and ``retry:`` lines are skipped.
+    """
+    data: list[str] = []
+    for raw in lines:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if not line:
+            if data:
+                yield "data", "\n".join(data)
+                data = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "error":
+            yield "error", value
+    if data:
+        yield "data", "\n".join(data)
+
+
+@dataclass
+class _CallParts:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Assembler:
+    """Collects stream chunks (or one non-streamed body) into one assistant message."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _CallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    matched_stop: str | None = None
+    usage: JSON | None = None
+
+    def add(self, chunk: JSON) -> str:
+        """Take one chunk (or a whole ``chat.completion``); returns its text delta."""
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        delta_text = ""
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or choice.get("message") or {}
+            content = _content_text(delta.get("content"))
+            if content:
+                self.text.append(content)
+                delta_text += content
+            calls = delta.get("tool_calls")
+            for position, call in enumerate(calls if isinstance(calls, list) else []):
+                if isinstance(call, dict):
+                    self._add_call(position, call)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self.finish_reason = reason
+            matched = choice.get("stop_reason")  # vLLM: the stop string that ended the output
+            if isinstance(matched, str):
+                self.matched_stop = matched
+        return delta_text
+
+    def _add_call(self, position: int, call: JSON) -> None:
+        call_id = call.get("id") if isinstance(call.get("id"), str) else ""
+        index = call.get("index")
+        if not isinstance(index, int):
+            # servers that omit the index send whole calls: tell them apart by id
+            known = [i for i, parts in self.calls.items() if call_id and parts.id == call_id]
+            index = known[0] if known else (len(self.calls) if call_id else position)
+        parts = self.calls.setdefault(index, _CallParts())
+        if call_id and not parts.id:
+            parts.id = call_id
+        function = call.get("function")
+        if not isinstance(function, dict):
+            return
+        name = function.get("name")
+        if isinstance(name, str) and name and not parts.name:
+            parts.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            parts.arguments.append(arguments)
+        elif isinstance(arguments, dict):
+            parts.arguments.append(json.dumps(arguments))
+
+    def response(self, request: ModelRequest) -> ModelResponse:
+        """The assembled assistant message, stop reason and usage."""
+        content: list[ContentBlock] = []
+        text = "".join(self.text)
+        if text:
+            content.append(ContentBlock(text=text))
+        used = {u.toolUseId for m in request.messages for b in m.content if (u := b.toolUse)}
+        for index in sorted(self.calls):
+            parts = self.calls[index]
+            if not parts.name:
+                logger.warning("dropping tool call %s: the server sent no function name", index)
+                continue
+            use_id = parts.id
+            if not use_id or len(use_id) > MAX_TOOL_USE_ID or use_id in used:
+                use_id = _generated_id(request, index, used)
+            used.add(use_id)
+            content.append(
+                ContentBlock(
+                    toolUse=ToolUse(
+                        toolUseId=use_id,
+                        name=parts.name[:MAX_TOOL_USE_ID],
+                        input=_parse_arguments("".join(parts.arguments), parts.name),
+                    )
+                )
+            )
+        return ModelResponse(
+            message=Message(role="assistant", content=content),
+            stopReason=self._stop_reason(request, has_calls=any(b.toolUse for b in content)),
+            usage=self._token_usage(),
+        )
+
+    def _stop_reason(self, request: ModelRequest, *, has_calls: bool) -> str:
+        reason = self.finish_reason
+        if reason is None:  # [DONE] without a finish reason
+            return "tool_use" if has_calls else "end_turn"
+        if reason == "stop":
+            if has_calls:
+                return "tool_use"
+            stops = request.inference.stopSequences if request.inference else None
+            if self.matched_stop is not None and stops and self.matched_stop in stops:
+                return "stop_sequence"
+        return FINISH_REASONS.get(reason, reason)
+
+    def _token_usage(self) -> TokenUsage:
+        usage = self.usage or {}
+        prompt = _int(usage.get("prompt_tokens"))
+        completion = _int(usage.get("completion_tokens"))
+        total = _int(usage.get("total_tokens")) or prompt + completion
+        return TokenUsage(inputTokens=prompt, outputTokens=completion, totalTokens=total)
+
+
+def _generated_id(request: ModelRequest, index: int, used: set[str]) -> str:
+    base = f"call_{request.turn}_{request.cycle}_{index}"
+    candidate, n = base, 1
+    while candidate in used:
+        candidate, n = f"{base}_{n}", n + 1
+    return candidate
+
+
+def _parse_arguments(raw: str, name: str) -> dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+        if isinstance(value, str):  # some models encode the arguments twice
+            value = json.loads(value)
+    except ValueError:
+        logger.warning("tool call %s: arguments are not complete JSON: %s", name, _clip(raw))
+        return {}
+    if not isinstance(value, dict):
+        logger.warning("tool call %s: arguments are not a JSON object: %s", name, _clip(raw))
+        return {}
+    return value
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an error body: OpenAI's ``{"error": {"message": ...}}`` and kin."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _clip(text)
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, str):
+            return _clip(err)
+        if isinstance(err, dict):
+            for key in ("message", "detail", "error"):
+                value = err.get(key)
+                if isinstance(value, str) and value:
+                    return _clip(value)
+                if value:
+                    return _clip(json.dumps(value))
+    return _clip(text)
+
+
+def _read_error_body(err: urllib.error.HTTPError) -> bytes:
+    try:
+        return err.read()
+    except (OSError, http.client.HTTPException):
+        return b""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _positive_float(value: str) -> float | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number > 0 else None
