@@ -7,12 +7,17 @@ import functools
 import threading
 import time
 
+from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.context_window import context_window
 from activities.models import ModelError, resolve_model
-from workflows.contracts import ModelRequest, ModelResponse
-from workflows.policies import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE
+from activities.store import ConversationStore, StoreCorrupt, StoreError
+from workflows.boundary import merge_roles
+from workflows.contracts import ModelRequest, ModelResponse, PrefixRef, ToolSpec
+from workflows.messages import ContentBlock, Message
+from workflows.policies import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE, STORE_ERROR
 
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
@@ -52,56 +57,119 @@ class _Progress:
             return 0.0 if self.last_at is None else time.monotonic() - self.last_at
 
 
-@activity.defn(name=MODEL_ACTIVITY)
-async def converse(request: ModelRequest) -> ModelResponse:
-    """Call the session's model with the conversation and tool specs.
+class ModelActivities:
+    """The model activity, bound to the worker's conversation store."""
 
-    The provider runs in a thread; this coroutine heartbeats (with how much output has
-    arrived) so Temporal notices a dead worker, and fails the attempt when a started stream
-    stalls.
+    def __init__(self, store: ConversationStore) -> None:
+        """Use a store for conversation prefixes."""
+        self.store = store
 
-    Args:
-        request: the conversation, system prompt, tools and model spec.
+    def _resolve(self, request: ModelRequest) -> tuple[ModelRequest, PrefixRef | None, str]:
+        """Store what the request brings inline; the request as the model sees it.
 
-    Returns:
-        The assistant message, stop reason and token usage.
-
-    Raises:
-        ApplicationError: non-retryable for failures retrying cannot fix (``ModelError``);
-            retryable for a stalled stream. Other provider exceptions propagate and are
-            retried by Temporal.
-    """
-    progress = _Progress()
-    try:
-        provider = resolve_model(request.model)
-        call = functools.partial(provider.converse, request, progress)
-        task = asyncio.ensure_future(asyncio.to_thread(call))
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
-            if done:
-                response = task.result()
-                break
-            if progress.stalled_for() > STREAM_STALL_S:
-                raise ApplicationError(
-                    f"model stream stalled: no output for {STREAM_STALL_S:g} s",
-                    type="KeelModelStreamStalled",
-                )
-            activity.heartbeat(progress.details())
-    except ModelError as err:
-        raise ApplicationError(
-            str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
-        ) from err
-    if response.message.role != "assistant":
-        raise ApplicationError(
-            f"model {request.model!r} answered with role {response.message.role!r}",
-            type=MODEL_ERROR_NON_RETRYABLE,
-            non_retryable=True,
+        Returns:
+            The request with the whole (windowed) conversation and the tool specs inline,
+            the new stored prefix, and the digest of the tool specs.
+        """
+        tail = [self._filled(m, request.result_refs) for m in request.messages]
+        history = [*self.store.load(request.prefix), *tail]
+        stored = self.store.extend(request.prefix, tail)
+        if request.tools_digest is not None and not request.tools:
+            tools = TypeAdapter(list[ToolSpec]).validate_python(
+                self.store.get_document(request.tools_digest)
+            )
+            digest = request.tools_digest
+        else:
+            tools = request.tools
+            digest = self.store.put_document([t.model_dump(mode="json") for t in tools])
+        view = request.model_copy(
+            update={
+                "prefix": None,
+                "messages": merge_roles(context_window(history, request.context_messages)),
+                "tools": tools,
+                "tools_digest": None,
+            }
         )
-    activity.logger.info(
-        "model %s answered turn %s cycle %s: %s",
-        request.model,
-        request.turn,
-        request.cycle,
-        response.stopReason,
-    )
-    return response
+        return view, stored, digest
+
+    def _filled(self, message: Message, refs: dict[str, str]) -> Message:
+        """The message with each referenced toolResult read back from the store."""
+        if not refs:
+            return message
+        content = []
+        for block in message.content:
+            result = block.toolResult
+            if result is not None and result.toolUseId in refs:
+                stored = ContentBlock.model_validate(
+                    self.store.get_document(refs[result.toolUseId])
+                )
+                if stored.toolResult is None or stored.toolResult.toolUseId != result.toolUseId:
+                    raise StoreCorrupt(
+                        f"stored tool result {refs[result.toolUseId]} is not the result of "
+                        f"tool use {result.toolUseId!r}"
+                    )
+                block = stored
+            content.append(block)
+        return Message(role=message.role, content=content)
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def converse(self, request: ModelRequest) -> ModelResponse:
+        """Call the session's model with the conversation and tool specs.
+
+        The stored prefix is loaded and the new messages are stored first; the provider
+        runs in a thread while this coroutine heartbeats (with how much output has arrived),
+        and fails the attempt when a started stream stalls.
+
+        Args:
+            request: the stored prefix, the new messages, tools and model spec.
+
+        Returns:
+            The assistant message, stop reason, token usage and the new stored prefix.
+
+        Raises:
+            ApplicationError: non-retryable for failures retrying cannot fix (``ModelError``,
+                a missing or corrupted stored message); retryable for a stalled stream.
+                Other provider exceptions propagate and are retried by Temporal.
+        """
+        try:
+            view, stored, tools_digest = await asyncio.to_thread(self._resolve, request)
+        except StoreError as err:
+            raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
+        response = await self._call(view)
+        return response.model_copy(update={"stored": stored, "tools_digest": tools_digest})
+
+    async def _call(self, request: ModelRequest) -> ModelResponse:
+        progress = _Progress()
+        try:
+            provider = resolve_model(request.model)
+            call = functools.partial(provider.converse, request, progress)
+            task = asyncio.ensure_future(asyncio.to_thread(call))
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+                if done:
+                    response = task.result()
+                    break
+                if progress.stalled_for() > STREAM_STALL_S:
+                    raise ApplicationError(
+                        f"model stream stalled: no output for {STREAM_STALL_S:g} s",
+                        type="KeelModelStreamStalled",
+                    )
+                activity.heartbeat(progress.details())
+        except ModelError as err:
+            raise ApplicationError(
+                str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
+            ) from err
+        if response.message.role != "assistant":
+            raise ApplicationError(
+                f"model {request.model!r} answered with role {response.message.role!r}",
+                type=MODEL_ERROR_NON_RETRYABLE,
+                non_retryable=True,
+            )
+        activity.logger.info(
+            "model %s answered turn %s cycle %s: %s",
+            request.model,
+            request.turn,
+            request.cycle,
+            response.stopReason,
+        )
+        return response

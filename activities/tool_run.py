@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.store import ConversationStore
 from activities.tools import (
     RegisteredTool,
     ToolContext,
@@ -40,14 +41,39 @@ from workflows.contracts import (
 from workflows.messages import ToolResult, ToolResultContent
 from workflows.policies import DESCRIBE_TOOLS_ACTIVITY, TOOL_ACTIVITY, TOOL_REGISTRY_ERROR
 
-__all__ = ["describe_tools", "run_tool"]
+__all__ = ["ToolActivities", "describe_tools", "run_tool"]
 
 _HEARTBEAT_EVERY_S = 5.0
+# One tool result must fit a Temporal payload (2 MB) with room for the rest of the request.
+MAX_RESULT_BYTES = 1_000_000
 _SYNC_TOOL_THREADS = 32
 _executor: ThreadPoolExecutor | None = None
 
 
-@activity.defn(name=TOOL_ACTIVITY)
+class ToolActivities:
+    """The tool activity bound to the worker's conversation store.
+
+    The result is stored too, so the next model call can name it by digest instead of
+    carrying its content through workflow history a second time.
+    """
+
+    def __init__(self, store: ConversationStore) -> None:
+        """Use a store for tool results."""
+        self.store = store
+
+    @activity.defn(name=TOOL_ACTIVITY)
+    async def run(self, request: ToolRequest) -> ToolResponse:
+        """Run one tool call (see ``run_tool``) and store its result.
+
+        Raises:
+            asyncio.CancelledError: the activity was cancelled.
+        """
+        response = await run_tool(request)
+        block = {"toolResult": response.result.model_dump(mode="json")}
+        digest = await asyncio.to_thread(self.store.put_document, block)
+        return response.model_copy(update={"digest": digest})
+
+
 async def run_tool(request: ToolRequest) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
@@ -107,7 +133,16 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
             f"tool {use.name!r} returned a value that is not JSON-serialisable: "
             f"{type(value).__name__}",
         )
-    return ToolResponse(result=ToolResult(toolUseId=use.toolUseId, content=content))
+    response = ToolResponse(result=ToolResult(toolUseId=use.toolUseId, content=content))
+    size = len(response.model_dump_json())
+    if size > MAX_RESULT_BYTES:
+        return _error(
+            use.toolUseId,
+            f"tool {use.name!r} returned {size:,} bytes, over Keel's limit of "
+            f"{MAX_RESULT_BYTES:,} bytes for one result (Temporal caps a payload at 2 MB); "
+            "return less, or a reference to where the data is",
+        )
+    return response
 
 
 @activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)

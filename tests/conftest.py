@@ -16,6 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.store import ConversationStore, open_store
 from worker.assembly import build_worker
 from worker.devserver import find_temporal_cli
 from worker.sessions import KeelClient
@@ -51,18 +52,24 @@ def task_queue() -> str:
 
 
 @pytest.fixture
-def keel(client: Client, task_queue: str) -> KeelClient:
-    return KeelClient(client, task_queue)
+def store(tmp_path: Path) -> ConversationStore:
+    """This test's conversation store, shared by its workers and its KeelClient."""
+    return open_store(str(tmp_path / "store"))
 
 
 @pytest.fixture
-def run_worker(client: Client, task_queue: str) -> Callable[..., Any]:
+def keel(client: Client, task_queue: str, store: ConversationStore) -> KeelClient:
+    return KeelClient(client, task_queue, store)
+
+
+@pytest.fixture
+def run_worker(client: Client, task_queue: str, store: ConversationStore) -> Callable[..., Any]:
     """``async with run_worker(): ...`` runs a Keel worker on this test's task queue."""
 
     @asynccontextmanager
     async def _run(**options: Any) -> AsyncIterator[Worker]:
         options.setdefault("max_cached_workflows", 0)  # every task replays: proves determinism
-        worker = build_worker(client, task_queue, [SAMPLE_TOOLS], **options)
+        worker = build_worker(client, task_queue, [SAMPLE_TOOLS], store=store, **options)
         async with worker:
             yield worker
 

@@ -10,6 +10,7 @@ from activities.tools import ToolContext, tool
 
 __all__ = [
     "add",
+    "big",
     "boom",
     "echo",
     "guarded_record",
@@ -115,3 +116,13 @@ def guarded_record(path: str, value: str) -> str:
         value: the line to append.
     """
     return record(path, value)
+
+
+@tool
+def big(size: int) -> str:
+    """Return a string of the given size, to test the result size limit.
+
+    Args:
+        size: how many characters to return.
+    """
+    return "x" * size

@@ -1,1 +1,19 @@
-"""Keel worker process: Temporal worker wiring, CLI and the embedded dev server."""
+"""Process wiring: settings, the Temporal client and worker, the embedded dev server, the CLI.
+
+Public surface::
+
+    from worker import connect, build_worker, KeelClient, Settings
+"""
+
+from worker.assembly import build_worker, connect
+from worker.sessions import KeelClient, RequestRejected, SessionNotFound
+from worker.settings import Settings
+
+__all__ = [
+    "KeelClient",
+    "RequestRejected",
+    "SessionNotFound",
+    "Settings",
+    "build_worker",
+    "connect",
+]

@@ -12,9 +12,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.model_call import converse
-from activities.tool_run import describe_tools, run_tool
+from activities.model_call import ModelActivities
+from activities.store import ConversationStore, open_store
+from activities.tool_run import ToolActivities, describe_tools
 from activities.tools import load_tool_modules
+from worker.settings import Settings
 from workflows.session import AgentSession
 
 # Pure modules shared with the sandbox instead of re-imported for every workflow run.
@@ -27,6 +29,8 @@ PASSTHROUGH_MODULES = (
     "workflows.boundary",
     "workflows.cycle",
     "workflows.policies",
+    "workflows.ledger",
+    "workflows.approvals",
 )
 
 
@@ -48,6 +52,8 @@ def build_worker(
     client: Client,
     task_queue: str,
     tool_modules: Sequence[str] = (),
+    *,
+    store: ConversationStore | None = None,
     **options: Any,
 ) -> Worker:
     """A worker running ``AgentSession`` and Keel's activities.
@@ -56,12 +62,15 @@ def build_worker(
         client: a client from ``connect``.
         task_queue: the queue to poll.
         tool_modules: modules to import so their ``@tool`` functions register.
+        store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
         **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``).
 
     Raises:
         ToolModuleError: a tool module cannot be imported.
     """
     load_tool_modules(list(tool_modules))
+    if store is None:
+        store = open_store(Settings.from_env().store)
     options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
     # Send heartbeats (which carry streamed model text for watchers) at most once a second
     # instead of every 0.8 x heartbeat timeout.
@@ -70,7 +79,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentSession],
-        activities=[converse, run_tool, describe_tools],
+        activities=[ModelActivities(store).converse, ToolActivities(store).run, describe_tools],
         workflow_runner=sandbox_runner(),
         **options,
     )

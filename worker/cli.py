@@ -21,8 +21,10 @@ from worker.commands import (
     cmd_dev,
     cmd_pending,
     cmd_run,
+    cmd_sessions,
     cmd_show,
     cmd_steer,
+    cmd_watch,
     cmd_worker,
 )
 from worker.console import EXIT_FAILED, EXIT_INVALID
@@ -30,6 +32,21 @@ from worker.devserver import DevServerError
 from worker.runtime import TemporalUnreachable
 from worker.sessions import RequestRejected, SessionNotFound
 from worker.settings import Settings
+
+
+def _waiting_flags(cmd: argparse.ArgumentParser) -> None:
+    """Flags of the commands that wait for a turn like ``keel run``."""
+    cmd.add_argument("--json", action="store_true", help="print one JSON object")
+    cmd.add_argument(
+        "--progress",
+        action="store_true",
+        help="report model calls and tool runs on stderr (default when stderr is a terminal)",
+    )
+    cmd.add_argument(
+        "--no-input",
+        action="store_true",
+        help="never ask for approval on the terminal; exit 3 when the turn waits",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-cycles", type=int, metavar="N", help="model calls allowed per turn")
     run.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
+    _waiting_flags(run)
     run.set_defaults(handler=cmd_run)
 
     worker = sub.add_parser("worker", help="run a worker for an existing Temporal")
@@ -84,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("id", help="the interrupt id (see keel pending)")
         cmd.add_argument("--reason", help="why; the model sees it when denied")
         cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
-        cmd.add_argument("--json", action="store_true", help="print one JSON object")
+        _waiting_flags(cmd)
         cmd.set_defaults(handler=cmd_decide, decision=decision)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
@@ -95,8 +112,28 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
     cancel.add_argument("session")
     cancel.add_argument("--reason", default="cancelled by user")
-    cancel.add_argument("--json", action="store_true", help="print one JSON object")
+    _waiting_flags(cancel)
     cancel.set_defaults(handler=cmd_cancel)
+
+    watch = sub.add_parser("watch", help="follow a session's events live")
+    watch.add_argument("session")
+    watch.add_argument(
+        "--since", type=int, default=0, metavar="N", help="skip the first N events (default 0)"
+    )
+    watch.add_argument("--json", action="store_true", help="print each event as a JSON line")
+    watch.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="stop when no turn runs or is queued (exit 0) or one waits for approval (exit 3)",
+    )
+    watch.set_defaults(handler=cmd_watch)
+
+    sessions = sub.add_parser("sessions", help="list sessions, newest first")
+    sessions.add_argument("--json", action="store_true", help="print a JSON array")
+    sessions.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N sessions (default 20)"
+    )
+    sessions.set_defaults(handler=cmd_sessions)
     return parser
 
 

@@ -9,30 +9,39 @@ import json
 import logging
 import os
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
+from temporalio.worker import Worker
 
-from worker.assembly import build_worker
+from activities.store import open_store
+from worker.assembly import build_worker, sandbox_runner
 from worker.console import (
     EXIT_OK,
+    EXIT_WAITING,
+    ask_decision,
     interrupt_json,
     print_interrupts,
+    print_sessions,
     print_turn,
     render_block,
+    sessions_json,
     show_json,
 )
 from worker.devserver import DevServer
-from worker.runtime import connect_configured, open_runtime
-from worker.sessions import KeelClient
+from worker.follow import Follower
+from worker.runtime import Runtime, connect_configured, open_runtime
+from worker.sessions import KeelClient, RequestRejected
 from worker.settings import Settings
 from workflows.boundary import InputRejected, normalise_history
-from workflows.contracts import SessionConfig
+from workflows.contracts import SessionConfig, SessionState
 from workflows.messages import Message
+from workflows.session import AgentSession
 
 logger = logging.getLogger("keel")
 
@@ -96,7 +105,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     modules = _tool_modules(args.tools)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue)
+        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
         config = None
         if await keel.exists(session):
             if messages:
@@ -107,8 +116,65 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             config = _new_session_config(args, args.model or settings.model)
         async with runtime.worker(modules):
+            since = 0 if config is not None else await keel.event_count(session)
             ack = await keel.prompt(session, prompt, config=config, messages=messages)
-            record = await keel.wait_turn(session, ack.turn_id)
+            out = _progress_out(args)
+            if out is not None and ack.queued_behind:
+                print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
+            return await _finish_turn(keel, session, ack.turn_id, since, args)
+
+
+def _progress_out(args: argparse.Namespace) -> TextIO | None:
+    """Where a waiting command reports progress: stderr when asked or a terminal, else None."""
+    if getattr(args, "progress", False) or (not args.json and sys.stderr.isatty()):
+        return sys.stderr
+    return None
+
+
+def _interactive(args: argparse.Namespace) -> bool:
+    """Whether to ask a person for approvals: a terminal on both ends, and allowed to."""
+    if args.json or getattr(args, "no_input", False):
+        return False
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _approver(args: argparse.Namespace) -> str:
+    return getattr(args, "approver", None) or os.environ.get("KEEL_APPROVER") or getpass.getuser()
+
+
+async def _finish_turn(
+    keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
+) -> int:
+    """Follow a turn until it settles, asking for approvals when a person is there; print it.
+
+    Progress goes to stderr (see ``_progress_out``); the result to stdout as ``print_turn``
+    prints it. When the turn waits for approval and the terminal is interactive, each
+    pending interrupt is shown and decided by the person's answer, and following goes on
+    until the turn ends or waits again. No answer (end of input, Ctrl-C) leaves the
+    interrupt pending: exit 3.
+    """
+    out = _progress_out(args)
+    follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
+    record = await follower.turn_settled(turn_id)
+    refused: set[str] = set()
+    while record.status == "interrupted" and _interactive(args):
+        # questions a tool asks are answered with `keel respond`, not here
+        asked = [i for i in record.interrupts if i.kind == "approval" and i.id not in refused]
+        if not asked:
+            break
+        for interrupt in asked:
+            answer = await ask_decision(interrupt)
+            if answer is None:
+                return print_turn(session, await keel.turn(session, turn_id), False)
+            decision, reason = answer
+            try:
+                await keel.decide(
+                    session, interrupt.id, decision, reason=reason, approver=_approver(args)
+                )
+            except RequestRejected as err:
+                print(f"keel: {err}", file=sys.stderr)
+                refused.add(interrupt.id)
+        record = await follower.turn_settled(turn_id)
     return print_turn(session, record, args.json)
 
 
@@ -116,7 +182,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 async def _existing_session(settings: Settings, session: str) -> AsyncIterator[KeelClient]:
     """A client for an existing session, with a worker when the server is embedded."""
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue)
+        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
         config = await keel.config(session)
         async with runtime.worker(config.tool_modules):
             yield keel
@@ -190,20 +256,103 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
     async with _existing_session(settings, args.session) as keel:
+        since = await keel.event_count(args.session)
         ack = await keel.cancel(args.session, args.reason)
-        record = await keel.wait_turn(args.session, ack.turn_id)
-    return print_turn(args.session, record, args.json)
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
-    approver = args.approver or os.environ.get("KEEL_APPROVER") or getpass.getuser()
     async with _existing_session(settings, args.session) as keel:
+        since = await keel.event_count(args.session)
         ack = await keel.decide(
-            args.session, args.id, args.decision, reason=args.reason, approver=approver
+            args.session, args.id, args.decision, reason=args.reason, approver=_approver(args)
         )
-        record = await keel.wait_turn(args.session, ack.turn_id)
-    return print_turn(args.session, record, args.json)
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+
+
+T = TypeVar("T")
+
+
+async def _until_ctrl_c(work: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``work`` until it returns or the user presses Ctrl-C (then None)."""
+    loop = asyncio.get_running_loop()
+    pressed = asyncio.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    loop.add_signal_handler(signal.SIGINT, pressed.set)
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(pressed.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+    return None if task.cancelled() else task.result()
+
+
+async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel watch``: print a session's events as they happen.
+
+    Runs until Ctrl-C or the session closes (exit 0); with ``--until-idle``, until no turn
+    runs or is queued (exit 0) or a turn waits for a human (exit 3).
+    """
+    waiting = False
+
+    def idle(state: SessionState) -> bool:
+        nonlocal waiting
+        if not args.until_idle:
+            return False
+        waiting = any(t.status == "interrupted" for t in state.turns)
+        return waiting or all(t.status not in ("queued", "running") for t in state.turns)
+
+    async with _existing_session(settings, args.session) as keel:
+        follower = Follower(
+            keel,
+            args.session,
+            args.since,
+            out=sys.stdout,
+            style="json" if args.json else "events",
+            stream_text=not args.json,
+        )
+        await _until_ctrl_c(follower.follow(idle))
+        if follower.text is not None:
+            follower.text.end_line()
+    return EXIT_WAITING if waiting else EXIT_OK
+
+
+@asynccontextmanager
+async def _query_worker(runtime: Runtime) -> AsyncIterator[None]:
+    """With an embedded server, a worker that answers queries (workflows only, no tools)."""
+    if not runtime.embedded:
+        yield
+        return
+    worker = Worker(
+        runtime.client,
+        task_queue=runtime.settings.task_queue,
+        workflows=[AgentSession],
+        workflow_runner=sandbox_runner(),
+    )
+    async with worker:
+        yield
+
+
+async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel sessions``: the sessions on this task queue, newest first."""
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    async with open_runtime(settings) as runtime, _query_worker(runtime):
+        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
+        sessions = await keel.list_sessions(limit=args.limit)
+    if args.json:
+        print(json.dumps(sessions_json(sessions)))
+    else:
+        print_sessions(sessions, settings.task_queue)
+    return EXIT_OK
 
 
 async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,4 +1,4 @@
-"""What the ``keel`` command prints: turn results, interrupts, conversations, events.
+"""What the ``keel`` command prints (turn results, interrupts, conversations, sessions) and asks.
 
 Exit codes: 0 completed, 3 waiting for a human, 1 failed, 2 invalid input or rejected request
 (the reason on stderr).
@@ -6,11 +6,16 @@ Exit codes: 0 completed, 3 waiting for a human, 1 failed, 2 invalid input or rej
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
+from worker.sessions import SessionSummary
 from workflows.contracts import Interrupt, SessionState, TurnRecord
 from workflows.cycle import text_of
 
@@ -95,3 +100,111 @@ def render_block(block: dict[str, Any]) -> str:
     if kind == "text":
         return str(value)
     return f"[{kind}] {json.dumps(value)}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def sessions_json(sessions: Sequence[SessionSummary]) -> list[dict[str, Any]]:
+    """The JSON array ``keel sessions --json`` prints."""
+    return [
+        {
+            "session": s.session,
+            "workflow_status": s.workflow_status,
+            "status": s.status,
+            "pending_approvals": s.pending_approvals,
+            "last_activity": _iso(s.last_activity),
+            "started_at": _iso(s.started_at),
+        }
+        for s in sessions
+    ]
+
+
+def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
+    """A table of sessions for a person; ``?`` where a running session did not answer."""
+    if not sessions:
+        print(f"no sessions on task queue {task_queue!r}")
+        return
+
+    def when(value: datetime | None) -> str:
+        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+    rows = [("SESSION", "WORKFLOW", "STATUS", "PENDING", "LAST ACTIVITY", "STARTED")]
+    for s in sessions:
+        running = s.workflow_status == "running"
+        unknown = "?" if running else "-"
+        rows.append(
+            (
+                s.session,
+                s.workflow_status,
+                s.status or unknown,
+                unknown if s.pending_approvals is None else str(s.pending_approvals),
+                when(s.last_activity),
+                when(s.started_at),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]))
+
+
+async def ask(question: str) -> str | None:
+    """Ask a person one line on the terminal; None on end of input or Ctrl-C.
+
+    The line is read in a daemon thread, so the event loop (and an in-process worker)
+    keeps running while the person thinks.
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str | None] = loop.create_future()
+
+    def settle(value: str | None) -> None:
+        if not answer.done():
+            answer.set_result(value)
+
+    def read() -> None:
+        try:
+            line = sys.stdin.readline()
+        except (OSError, ValueError):
+            line = ""
+        try:
+            loop.call_soon_threadsafe(settle, line or None)
+        except RuntimeError:  # the loop is gone: nobody waits for the answer
+            pass
+
+    previous = signal.getsignal(signal.SIGINT)
+    loop.add_signal_handler(signal.SIGINT, settle, None)
+    try:
+        print(question, end="", flush=True)
+        threading.Thread(target=read, name="keel-ask", daemon=True).start()
+        line = await answer
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)
+    if line is None:
+        print(flush=True)
+        return None
+    return line.rstrip("\r\n")
+
+
+Answer = tuple[Literal["approve", "deny"], str | None]
+
+
+async def ask_decision(interrupt: Interrupt) -> Answer | None:
+    """Show an interrupt and ask approve or deny; None when the person gave no answer."""
+    use = interrupt.tool_use
+    pretty = json.dumps(use.input, indent=2, sort_keys=True).replace("\n", "\n         ")
+    print(f"{interrupt.reason}:")
+    print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
+    print(f"  input: {pretty}")
+    print(f"  id:    {interrupt.id}")
+    answer = await ask("approve? [y/N] ")
+    if answer is None:
+        return None
+    if answer.strip().lower() in ("y", "yes"):
+        return "approve", None
+    reason = await ask("reason (optional): ")
+    if reason is None:
+        return None
+    return "deny", reason.strip() or None

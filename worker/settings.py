@@ -22,6 +22,8 @@ class Settings:
         task_queue: ``KEEL_TASK_QUEUE``, default ``keel``.
         model: ``KEEL_MODEL``, the model spec used when a command names none.
         home: ``KEEL_HOME``, where the embedded dev server keeps its database (``.keel``).
+        store_spec: ``KEEL_STORE``, where conversations are stored: ``s3://bucket/prefix``
+            for many workers, or a directory; default ``<home>/store``.
     """
 
     address: str | None
@@ -29,6 +31,12 @@ class Settings:
     task_queue: str = DEFAULT_TASK_QUEUE
     model: str | None = None
     home: str = DEFAULT_HOME
+    store_spec: str | None = None
+
+    @property
+    def store(self) -> str:
+        """The conversation store spec in force."""
+        return self.store_spec or f"{self.home}/store"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -40,4 +48,5 @@ class Settings:
             task_queue=env.get("KEEL_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
             model=env.get("KEEL_MODEL") or None,
             home=env.get("KEEL_HOME") or DEFAULT_HOME,
+            store_spec=env.get("KEEL_STORE") or None,
         )

@@ -46,6 +46,17 @@ def validate_prompt(role: str, content: Sequence[ContentBlock]) -> None:
             raise InputRejected(f"prompt block {i} is empty text")
 
 
+def merge_roles(messages: Sequence[Message]) -> list[Message]:
+    """Merge consecutive messages of one role, as Converse needs roles to alternate."""
+    merged: list[Message] = []
+    for msg in messages:
+        if merged and merged[-1].role == msg.role:
+            merged[-1] = Message(role=msg.role, content=[*merged[-1].content, *msg.content])
+        else:
+            merged.append(msg)
+    return merged
+
+
 def normalise_history(messages: Sequence[Message]) -> list[Message]:
     """Normalise an imported conversation.
 
@@ -64,12 +75,7 @@ def normalise_history(messages: Sequence[Message]) -> list[Message]:
         InputRejected: on orphan toolResults, misplaced blocks, duplicate toolUseIds or an
             assistant first message.
     """
-    merged: list[Message] = []
-    for msg in messages:
-        if merged and merged[-1].role == msg.role:
-            merged[-1] = Message(role=msg.role, content=[*merged[-1].content, *msg.content])
-        else:
-            merged.append(msg.model_copy(deep=True))
+    merged = merge_roles([m.model_copy(deep=True) for m in messages])
     if merged and merged[0].role != "user":
         raise InputRejected("imported history must start with a user message")
 
@@ -109,21 +115,3 @@ def normalise_history(messages: Sequence[Message]) -> list[Message]:
     if open_uses:
         out.append(Message(role="user", content=[error_result(u, NOT_EXECUTED) for u in open_uses]))
     return out
-
-
-def merge_user_content(messages: list[Message], content: Sequence[ContentBlock]) -> Message:
-    """Append user content, merging it into a trailing user message so roles alternate.
-
-    Args:
-        messages: the conversation; changed in place.
-        content: user content blocks to add.
-
-    Returns:
-        The user message that now ends the conversation.
-    """
-    if messages and messages[-1].role == "user":
-        last = messages[-1]
-        messages[-1] = Message(role="user", content=[*last.content, *content])
-    else:
-        messages.append(Message(role="user", content=list(content)))
-    return messages[-1]

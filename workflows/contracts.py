@@ -28,6 +28,7 @@ EventType = Literal[
     "steering_queued",
     "steering_added",
     "steering_dropped",
+    "run_continued",
     "session_closed",
 ]
 InterruptKind = Literal["approval", "question"]
@@ -38,6 +39,13 @@ class KeelModel(BaseModel):
     """Base for Keel's own (non-Converse) types: unknown fields are an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class PrefixRef(KeelModel):
+    """A stored conversation prefix: the digest of its last segment and its length."""
+
+    digest: str
+    count: int = Field(ge=0)
 
 
 class ToolSpec(KeelModel):
@@ -79,6 +87,11 @@ class SessionConfig(KeelModel):
             past this many.
         max_session_tokens: end a turn (stop reason ``token_budget``) before a model call
             once the session has used this many tokens; later prompts are refused.
+        context_messages: show the model only about the last this many messages (whole
+            tool-use / tool-result pairs, starting at a user message); history is kept whole.
+        continue_as_new_events: continue-as-new at the next safe point once the run's history
+            has this many events (Temporal's own suggestion also triggers it).
+        continue_as_new_bytes: likewise for the run's history size in bytes.
     """
 
     model: str = Field(min_length=1)
@@ -90,6 +103,60 @@ class SessionConfig(KeelModel):
     approval_timeout_s: float | None = Field(default=None, gt=0)
     max_cycles_per_turn: int | None = Field(default=None, gt=0)
     max_session_tokens: int | None = Field(default=None, gt=0)
+    context_messages: int | None = Field(default=None, ge=2)
+    continue_as_new_events: int = Field(default=10_000, ge=20)
+    continue_as_new_bytes: int = Field(default=20_000_000, ge=100_000)
+
+
+class QueuedPrompt(KeelModel):
+    """A prompt waiting for its turn."""
+
+    turn_id: int
+    content: list[ContentBlock]
+
+
+class PendingCycle(KeelModel):
+    """A cycle whose tools have not all finished: the parked assistant message and results.
+
+    Attributes:
+        turn_id: the turn.
+        cycle: the cycle number within the turn.
+        message: the assistant message as the model activity returned it (S1).
+        results: finished tool results, by toolUseId.
+        digests: where the tool activity stored each result, by toolUseId.
+    """
+
+    turn_id: int
+    cycle: int
+    message: Message
+    results: dict[str, ToolResult] = Field(default_factory=dict)
+    digests: dict[str, str] = Field(default_factory=dict)
+
+
+class Carried(KeelModel):
+    """What one run of a session hands to the next through continue-as-new.
+
+    Only references and the not-yet-stored tail of the conversation travel, so the size stays
+    bounded however long the conversation is.
+    """
+
+    run: int
+    base: PrefixRef | None = None
+    messages: list[Message] = Field(default_factory=list)
+    result_refs: dict[str, str] = Field(default_factory=dict)
+    queue: list[QueuedPrompt] = Field(default_factory=list)
+    turns: list[TurnRecord] = Field(default_factory=list)
+    current_turn: int | None = None
+    cycle: PendingCycle | None = None
+    interrupts: list[Interrupt] = Field(default_factory=list)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    event_seq: int = 0
+    events: list[Event] = Field(default_factory=list)
+    tools: list[ToolSpec] | None = None
+    steering: list[str] = Field(default_factory=list)
+    tool_use_ids: list[str] = Field(default_factory=list)
+    cancel_reason: str | None = None
+    closing: bool = False
 
 
 class SessionInput(KeelModel):
@@ -99,11 +166,13 @@ class SessionInput(KeelModel):
         config: the session's configuration.
         messages: imported history; normalised (S3), its tool uses never executed.
         prompt: optional first prompt, queued as turn 1.
+        carried: set only by continue-as-new: the previous run's state.
     """
 
     config: SessionConfig
     messages: list[Message] = Field(default_factory=list)
     prompt: list[ContentBlock] | None = None
+    carried: Carried | None = None
 
 
 class PromptInput(KeelModel):
@@ -151,6 +220,7 @@ class Interrupt(KeelModel):
         status: pending, approved, denied, timed_out or cancelled.
         decided_by: the approver identity the decision carried.
         decision_reason: the reason given with the decision (or the timeout).
+        expires_at: when the approval timeout denies it (ISO time), if the session has one.
     """
 
     id: str
@@ -162,6 +232,7 @@ class Interrupt(KeelModel):
     status: InterruptStatus = "pending"
     decided_by: str | None = None
     decision_reason: str | None = None
+    expires_at: str | None = None
 
 
 class Decision(KeelModel):
@@ -256,11 +327,16 @@ class PendingView(KeelModel):
 
 
 class SessionState(KeelModel):
-    """Answer of the ``state`` query."""
+    """Answer of the ``state`` query.
+
+    The conversation is ``base`` (messages in the conversation store, by reference) followed
+    by ``messages`` (not stored yet); ``KeelClient.state`` joins them into one list.
+    """
 
     session_id: str
     status: SessionStatus
     config: SessionConfig
+    base: PrefixRef | None = None
     messages: list[Message] = Field(default_factory=list)
     message_count: int
     pending: PendingView
@@ -269,6 +345,7 @@ class SessionState(KeelModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     events: list[Event] = Field(default_factory=list)
     event_count: int = 0
+    run: int = 1
 
 
 class SessionResult(KeelModel):
@@ -280,24 +357,46 @@ class SessionResult(KeelModel):
 
 
 class ModelRequest(KeelModel):
-    """Input of the ``keel.model.converse`` activity."""
+    """Input of the ``keel.model.converse`` activity.
+
+    The conversation is ``prefix`` (stored, by reference) followed by ``messages`` (not yet
+    stored); the activity stores ``messages`` and answers with the longer prefix, so each
+    message's content enters workflow history a constant number of times. Tool specs travel
+    the same way: in full once (``tools``), then as ``tools_digest``; and a toolResult the
+    tool activity already stored is sent with empty content, its digest in ``result_refs``
+    (by toolUseId).
+    """
 
     session_id: str
     turn: int
     cycle: int
     model: str
     system: str | None = None
+    prefix: PrefixRef | None = None
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
+    tools_digest: str | None = None
+    result_refs: dict[str, str] = Field(default_factory=dict)
     inference: InferenceConfig | None = None
+    context_messages: int | None = None
 
 
 class ModelResponse(KeelModel):
-    """Result of the ``keel.model.converse`` activity."""
+    """Result of the ``keel.model.converse`` activity.
+
+    Attributes:
+        message: the assistant message.
+        stopReason: why the model stopped.
+        usage: tokens of this call.
+        stored: the stored prefix now covering the request's prefix and messages.
+        tools_digest: where the request's tool specs are stored.
+    """
 
     message: Message
     stopReason: str
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    stored: PrefixRef | None = None
+    tools_digest: str | None = None
 
 
 class ToolRequest(KeelModel):
@@ -310,9 +409,15 @@ class ToolRequest(KeelModel):
 
 
 class ToolResponse(KeelModel):
-    """Result of the ``keel.tool.run`` activity."""
+    """Result of the ``keel.tool.run`` activity.
+
+    Attributes:
+        result: the toolResult.
+        digest: where the activity stored ``{"toolResult": result}``, if it did.
+    """
 
     result: ToolResult
+    digest: str | None = None
 
 
 class DescribeToolsInput(KeelModel):

@@ -6,6 +6,7 @@ Pure module: imported by workflow code.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from workflows.messages import (
     ContentBlock,
@@ -48,14 +49,13 @@ def close_unexecuted(message: Message, why: str) -> Message:
     return Message(role=message.role, content=content)
 
 
-def id_conflicts(uses: Iterable[ToolUse], earlier: Iterable[Message]) -> list[str]:
+def id_conflicts(uses: Iterable[ToolUse], used: AbstractSet[str]) -> list[str]:
     """ToolUseIds that repeat within a response or collide with ids already used.
 
     Args:
         uses: the tool uses of a new model response.
-        earlier: the conversation so far.
+        used: every toolUseId of the conversation so far.
     """
-    used = {u.toolUseId for m in earlier for u in tool_uses(m)}
     seen: set[str] = set()
     conflicts: list[str] = []
     for use in uses:

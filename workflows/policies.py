@@ -16,6 +16,7 @@ DESCRIBE_TOOLS_ACTIVITY = "keel.tools.describe"
 # Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
 MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
 TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
+STORE_ERROR = "KeelStoreError"
 
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
 MODEL_HEARTBEAT = timedelta(seconds=30)
@@ -24,7 +25,7 @@ MODEL_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=8,
-    non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE],
+    non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE, STORE_ERROR],
 )
 
 # Tool exceptions and tool timeouts are turned into error toolResults inside the activity;

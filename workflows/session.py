@@ -5,46 +5,36 @@ taken from that activity's result only (S1), run as activities in parallel (thos
 approval once a human approved them, S4), and the assistant message is appended together with
 the tool results only once every tool has finished, so the conversation never holds a toolUse
 without its toolResult (S5).
+
+History stays linear: model calls get the stored prefix by reference plus the messages not
+yet stored, and the session continues-as-new at safe points (between turns, between cycles,
+and while only approvals are pending), carrying references rather than the conversation.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.approvals import check_decision, denial_text, needs_approval
-    from workflows.boundary import (
-        InputRejected,
-        normalise_history,
-        validate_prompt,
-    )
+    from workflows.approvals import denial_text, needs_approval
+    from workflows.boundary import InputRejected, normalise_history, validate_prompt
     from workflows.contracts import (
-        CancelAck,
-        CancelInput,
-        CloseInput,
-        Decision,
-        DecisionAck,
         DescribeToolsInput,
         DescribeToolsResult,
         Interrupt,
-        InterruptStatus,
         ModelRequest,
         ModelResponse,
+        PendingCycle,
         PendingView,
-        PromptAck,
-        PromptInput,
+        QueuedPrompt,
         SessionInput,
         SessionResult,
-        SessionState,
-        StateQuery,
-        SteerAck,
-        SteerInput,
         ToolRequest,
         ToolResponse,
         ToolSpec,
@@ -57,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         id_conflicts,
         results_message,
     )
+    from workflows.handlers import Queued, SessionHandlers
     from workflows.ledger import Ledger
     from workflows.messages import (
         ContentBlock,
@@ -89,12 +80,6 @@ class _TurnCancelled(Exception):
     """Raised inside a turn when a cancel request stops it."""
 
 
-@dataclass
-class _Queued:
-    turn_id: int
-    content: list[ContentBlock]
-
-
 def _failure_text(err: BaseException) -> str:
     """The innermost message of an activity failure chain."""
     while isinstance(err, ActivityError) and err.cause is not None:
@@ -113,23 +98,18 @@ def _now() -> str:
 
 
 @workflow.defn(name="AgentSession")
-class AgentSession:
+class AgentSession(SessionHandlers):
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        """Set up state from the start input; rejected input fails the run in ``run``."""
+        """Set up state from the start input, or from the previous run's carried state."""
         self._config = input.config
         self._init_error: str | None = None
-        messages: list[Message] = []
-        try:
-            messages = normalise_history(input.messages)
-        except InputRejected as err:
-            self._init_error = f"imported history rejected: {err}"
-        self._ledger = Ledger(messages, _now)
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[Queued] = deque()
         self._tools: list[ToolSpec] | None = None
         self._current: TurnRecord | None = None
+        self._cycle: PendingCycle | None = None
         self._pending = PendingView()
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
@@ -137,6 +117,28 @@ class AgentSession:
         self._steering: list[str] = []
         self._closing = False
         self._closed = False
+        self._continuing = False
+        self._tools_digest: str | None = None
+        carried = input.carried
+        if carried is not None:
+            self._run_number = carried.run
+            self._ledger = Ledger([], _now, carried)
+            self._queue.extend(Queued(q.turn_id, q.content) for q in carried.queue)
+            self._tools = carried.tools
+            self._steering = list(carried.steering)
+            self._cancel_reason = carried.cancel_reason
+            self._closing = carried.closing
+            self._cycle = carried.cycle
+            if carried.current_turn is not None:
+                self._current = self._ledger.turns[carried.current_turn]
+            return
+        self._run_number = 1
+        messages: list[Message] = []
+        try:
+            messages = normalise_history(input.messages)
+        except InputRejected as err:
+            self._init_error = f"imported history rejected: {err}"
+        self._ledger = Ledger(messages, _now)
         if input.prompt is not None and self._init_error is None:
             try:
                 validate_prompt("user", input.prompt)
@@ -152,11 +154,23 @@ class AgentSession:
         """Run queued turns one after another until the session is closed."""
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)
+        if self._current is not None:  # a turn carried over from the previous run
+            await self._continue_turn(self._current)
         while True:
-            await workflow.wait_condition(lambda: bool(self._queue) or self._closing)
+            await workflow.wait_condition(
+                lambda: bool(self._queue) or self._closing or self._history_full()
+            )
+            if self._history_full():
+                await self._continue_as_new()
             if not self._queue:
                 break
-            await self._run_turn(self._queue.popleft())
+            queued = self._queue.popleft()
+            record = self._ledger.turns[queued.turn_id]
+            record.status = "running"
+            self._cancel_reason = None
+            self._ledger.emit("turn_started", turn=record.turn_id)
+            self._ledger.add_user_content(record, queued.content)
+            await self._continue_turn(record)
         self._closed = True
         self._ledger.emit("session_closed")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -166,31 +180,35 @@ class AgentSession:
             usage=self._ledger.usage,
         )
 
-    async def _run_turn(self, queued: _Queued) -> None:
+    async def _continue_turn(self, record: TurnRecord) -> None:
+        """Run a turn's cycles, from its start or from where the previous run left it."""
         ledger = self._ledger
-        record = ledger.turns[queued.turn_id]
-        record.status = "running"
         self._current = record
-        self._cancel_reason = None
-        ledger.emit("turn_started", turn=record.turn_id)
-        ledger.add_user_content(record, queued.content)
         try:
             if self._tools is None:
                 self._tools = await self._describe_tools()
+            if self._cycle is not None:
+                await self._finish_cycle(record)
             while True:
                 self._check_cancel()
-                if self._over_budget(record) or await self._cycle(record):
+                if self._over_budget(record):
+                    break
+                if self._history_full():
+                    await self._continue_as_new()
+                if await self._run_cycle(record):
                     break
         except _TurnCancelled:
             ledger.end_turn(record, "cancelled", "cancelled", error=self._cancel_reason)
         except ActivityError as err:
             ledger.end_turn(record, "failed", record.stop_reason, error=_failure_text(err))
         finally:
-            self._current = None
-            self._pending = PendingView()
-            if self._steering:
-                ledger.emit("steering_dropped", turn=record.turn_id, texts=self._steering)
-                self._steering = []
+            if not self._continuing:
+                self._current = None
+                self._cycle = None
+                self._pending = PendingView()
+                if self._steering:
+                    ledger.emit("steering_dropped", turn=record.turn_id, texts=self._steering)
+                    self._steering = []
         if record.error:
             workflow.logger.info(
                 "turn %s ended %s: %s", record.turn_id, record.status, record.error
@@ -209,7 +227,7 @@ class AgentSession:
             return True
         return False
 
-    async def _cycle(self, record: TurnRecord) -> bool:
+    async def _run_cycle(self, record: TurnRecord) -> bool:
         """Run one cycle; returns True when the turn has ended."""
         ledger = self._ledger
         record.cycles += 1
@@ -227,9 +245,10 @@ class AgentSession:
         message, stop = response.message, response.stopReason
         uses = tool_uses(message)
         if stop == "tool_use" and uses:
-            conflicts = id_conflicts(uses, ledger.messages)
+            conflicts = id_conflicts(uses, ledger.tool_use_ids)
             if not conflicts:
-                await self._run_tools(record, cycle, message, uses)
+                self._cycle = PendingCycle(turn_id=record.turn_id, cycle=cycle, message=message)
+                await self._finish_cycle(record)
                 return False
             ledger.append(record, close_unexecuted(message, "duplicate toolUseId"))
             error = f"model returned duplicate toolUseIds {conflicts}; no tool was run"
@@ -250,6 +269,35 @@ class AgentSession:
             ledger.end_turn(record, "failed", stop, error=f"model stopped with reason {stop!r}")
         return True
 
+    # ----------------------------------------------------------------------------- continue-as-new
+
+    def _history_full(self) -> bool:
+        """Whether this run's history is long enough to continue-as-new at a safe point."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._config.continue_as_new_events
+            or info.get_current_history_size() >= self._config.continue_as_new_bytes
+        )
+
+    async def _continue_as_new(self) -> NoReturn:
+        """Hand references and pending state to a new run; nothing a client sent is lost."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._continuing = True
+        self._ledger.emit("run_continued", run=self._run_number + 1)
+        carried = self._ledger.carry(self._run_number + 1)
+        carried.queue = [QueuedPrompt(turn_id=q.turn_id, content=q.content) for q in self._queue]
+        carried.current_turn = self._current.turn_id if self._current else None
+        carried.cycle = self._cycle
+        carried.tools = self._tools
+        carried.steering = self._steering
+        carried.cancel_reason = self._cancel_reason
+        carried.closing = self._closing
+        workflow.logger.info(
+            "continuing as new: run %s, %s messages", carried.run, self._ledger.message_count
+        )
+        workflow.continue_as_new(SessionInput(config=self._config, carried=carried))
+
     # ----------------------------------------------------------------------------- activities
 
     async def _describe_tools(self) -> list[ToolSpec]:
@@ -263,6 +311,9 @@ class AgentSession:
         return result.tools
 
     async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:
+        ledger = self._ledger
+        sending = len(ledger.messages)
+        tail, refs = ledger.model_tail()
         self._model_call = workflow.start_activity(
             MODEL_ACTIVITY,
             ModelRequest(
@@ -271,9 +322,13 @@ class AgentSession:
                 cycle=cycle,
                 model=self._config.model,
                 system=self._config.system,
-                messages=self._ledger.messages,
-                tools=self._tools or [],
+                prefix=ledger.stored,
+                messages=tail,
+                result_refs=refs,
+                tools=[] if self._tools_digest else self._tools or [],
+                tools_digest=self._tools_digest,
                 inference=self._config.inference,
+                context_messages=self._config.context_messages,
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,
@@ -282,24 +337,51 @@ class AgentSession:
             summary=f"model call {cycle}",
         )
         try:
-            return await self._model_call
+            response = await self._model_call
         except ActivityError:
             self._check_cancel()
             raise
         finally:
             self._model_call = None
+        if response.stored is not None:
+            ledger.mark_stored(response.stored, sending)
+        self._tools_digest = response.tools_digest
+        return response
 
-    async def _run_tools(
-        self, record: TurnRecord, cycle: int, message: Message, uses: list[ToolUse]
-    ) -> None:
-        """Run the tools of one assistant message, then append it with its results (S5)."""
-        self._pending = PendingView(turn_id=record.turn_id, message=message, running=list(uses))
-        results = await asyncio.gather(*(self._run_tool(record, cycle, u) for u in uses))
-        self._ledger.append(record, message)
-        by_id = {r.toolUseId: r for r in results}
-        self._append_user(record, results_message(uses, by_id).content)
+    async def _finish_cycle(self, record: TurnRecord) -> None:
+        """Run the pending cycle's tools, then append the message with its results (S5).
+
+        While only approvals are pending and the history is full, the session continues-as-
+        new here, carrying the parked message, the finished results and the interrupts.
+        """
+        pending = self._cycle
+        assert pending is not None
+        uses = tool_uses(pending.message)
+        todo = [u for u in uses if u.toolUseId not in pending.results]
+        self._pending = PendingView(turn_id=record.turn_id, message=pending.message, running=todo)
+        tasks = [asyncio.create_task(self._resolve_tool(record, pending, u)) for u in todo]
+        await workflow.wait_condition(
+            lambda: all(t.done() for t in tasks) or self._can_park_for_approval()
+        )
+        if not all(t.done() for t in tasks):
+            await self._continue_as_new()
+        for task in tasks:
+            task.result()
+        self._ledger.append(record, pending.message)
+        self._ledger.result_refs.update(pending.digests)
+        self._append_user(record, results_message(uses, pending.results).content)
+        self._cycle = None
         self._pending = PendingView(turn_id=record.turn_id)
         self._check_cancel()
+
+    def _can_park_for_approval(self) -> bool:
+        """Safe to continue-as-new mid-cycle: no tool in flight, only humans awaited."""
+        return (
+            not self._tool_calls
+            and bool(self._ledger.pending_interrupts())
+            and self._cancel_reason is None
+            and self._history_full()
+        )
 
     def _append_user(self, record: TurnRecord, content: list[ContentBlock]) -> None:
         """Append the user message of a safe point: tool results, then queued guidance."""
@@ -309,7 +391,8 @@ class AgentSession:
             self._steering = []
         self._ledger.append(record, Message(role="user", content=content))
 
-    async def _run_tool(self, record: TurnRecord, cycle: int, use: ToolUse) -> ToolResult:
+    async def _resolve_tool(self, record: TurnRecord, pending: PendingCycle, use: ToolUse) -> None:
+        """Produce one tool use's result: run it, or say why it did not run."""
         spec = next((t for t in self._tools or [] if t.name == use.name), None)
         if spec is None:
             known = ", ".join(t.name for t in self._tools or []) or "none"
@@ -323,48 +406,70 @@ class AgentSession:
             result = _error(use, denial_text(refused))
         else:
             self._ledger.emit(
-                "tool_started", turn=record.turn_id, cycle=cycle, tool=use.name, id=use.toolUseId
+                "tool_started",
+                turn=record.turn_id,
+                cycle=pending.cycle,
+                tool=use.name,
+                id=use.toolUseId,
             )
-            result = await self._execute_tool(use, spec)
+            result, digest = await self._execute_tool(use, spec)
+            if digest is not None:
+                pending.digests[use.toolUseId] = digest
+        pending.results[use.toolUseId] = result
         self._pending.running = [u for u in self._pending.running if u.toolUseId != use.toolUseId]
         self._ledger.emit(
             "tool_finished",
             turn=record.turn_id,
-            cycle=cycle,
+            cycle=pending.cycle,
             tool=use.name,
             id=use.toolUseId,
             status=result.status,
         )
-        return result
 
     async def _approval(self, record: TurnRecord, use: ToolUse) -> Interrupt:
-        """Park the tool use behind an interrupt until a human decides (S4)."""
-        interrupt = Interrupt(
-            id=str(workflow.uuid4()),
-            tool_use=use,
-            name=use.name,
-            reason=f"tool {use.name!r} requires approval",
-            turn=record.turn_id,
+        """Park the tool use behind an interrupt until a human decides (S4).
+
+        An interrupt carried over from the previous run is waited on (or acted on, if it was
+        decided during the switch) rather than created again.
+        """
+        interrupt = next(
+            (i for i in self._ledger.interrupts.values() if i.tool_use.toolUseId == use.toolUseId),
+            None,
         )
-        self._ledger.open_interrupt(record, interrupt)
-        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
         timeout_s = self._config.approval_timeout_s
-        try:
-            await workflow.wait_condition(
-                lambda: interrupt.status != "pending" or self._cancel_reason is not None,
-                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
-                timeout_summary=f"approval timeout for {use.name}",
+        if interrupt is None:
+            expires = workflow.now() + timedelta(seconds=timeout_s) if timeout_s else None
+            interrupt = Interrupt(
+                id=str(workflow.uuid4()),
+                tool_use=use,
+                name=use.name,
+                reason=f"tool {use.name!r} requires approval",
+                turn=record.turn_id,
+                expires_at=expires.isoformat() if expires else None,
             )
-        except TimeoutError:
-            self._ledger.close_interrupt(
-                interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
-            )
-        if interrupt.status == "pending":  # the turn was cancelled while it waited
-            self._ledger.close_interrupt(interrupt, "cancelled", reason=self._cancel_reason)
+            self._ledger.open_interrupt(record, interrupt)
+        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
+        if interrupt.status == "pending":
+            remaining = None
+            if interrupt.expires_at is not None:
+                left = datetime.fromisoformat(interrupt.expires_at) - workflow.now()
+                remaining = max(left, timedelta(milliseconds=1))
+            try:
+                await workflow.wait_condition(
+                    lambda: interrupt.status != "pending" or self._cancel_reason is not None,
+                    timeout=remaining,
+                    timeout_summary=f"approval timeout for {use.name}",
+                )
+            except TimeoutError:
+                self._ledger.close_interrupt(
+                    interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
+                )
+            if interrupt.status == "pending":  # the turn was cancelled while it waited
+                self._ledger.close_interrupt(interrupt, "cancelled", reason=self._cancel_reason)
         self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
         return interrupt
 
-    async def _execute_tool(self, use: ToolUse, spec: ToolSpec) -> ToolResult:
+    async def _execute_tool(self, use: ToolUse, spec: ToolSpec) -> tuple[ToolResult, str | None]:
         session_id = workflow.info().workflow_id
         handle = workflow.start_activity(
             TOOL_ACTIVITY,
@@ -383,143 +488,14 @@ class AgentSession:
         self._tool_calls[use.toolUseId] = handle
         try:
             response: ToolResponse = await handle
-            return response.result
+            return response.result, response.digest
         except ActivityError as err:
             if self._cancel_reason is not None:
-                return _error(use, f"tool was cancelled: {self._cancel_reason}")
-            return _error(use, f"tool {use.name!r} failed: {_failure_text(err)}")
+                return _error(use, f"tool was cancelled: {self._cancel_reason}"), None
+            return _error(use, f"tool {use.name!r} failed: {_failure_text(err)}"), None
         finally:
             del self._tool_calls[use.toolUseId]
-
-    # ----------------------------------------------------------------------------- bookkeeping
-
-    def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
-        record = self._ledger.new_turn()
-        self._queue.append(_Queued(turn_id=record.turn_id, content=content))
-        return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
 
     def _check_cancel(self) -> None:
         if self._cancel_reason is not None:
             raise _TurnCancelled()
-
-    # ----------------------------------------------------------------------------- messages
-
-    @workflow.update
-    def prompt(self, input: PromptInput) -> PromptAck:
-        """Queue a prompt as a new turn; answers with its turn id."""
-        return self._enqueue(input.content)
-
-    @prompt.validator
-    def _validate_prompt(self, input: PromptInput) -> None:
-        if self._closing:
-            raise InputRejected("session is closing; it takes no more prompts")
-        budget, used = self._config.max_session_tokens, self._ledger.usage.totalTokens
-        if budget is not None and used >= budget:
-            raise InputRejected(f"session used {used} tokens of its budget of {budget}")
-        validate_prompt(input.role, input.content)
-
-    @workflow.update
-    def decide(self, input: Decision) -> DecisionAck:
-        """Approve or deny a pending interrupt; the tool input stays the model's."""
-        interrupt = check_decision(self._ledger.interrupts, input, self._config)
-        self._apply_decision(interrupt, input)
-        return DecisionAck(
-            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
-        )
-
-    @decide.validator
-    def _validate_decide(self, input: Decision) -> None:
-        check_decision(self._ledger.interrupts, input, self._config)
-
-    @workflow.signal(name="decide")
-    def decide_signal(self, input: Decision) -> None:
-        """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
-        try:
-            interrupt = check_decision(self._ledger.interrupts, input, self._config)
-        except InputRejected as err:
-            workflow.logger.warning("ignored decide signal: %s", err)
-            return
-        self._apply_decision(interrupt, input)
-
-    def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
-        status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
-        self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason)
-
-    @workflow.update
-    def steer(self, input: SteerInput) -> SteerAck:
-        """Add guidance that the model sees at the next safe point of the running turn."""
-        assert self._current is not None  # checked by the validator
-        self._steering.append(input.text.strip())
-        self._ledger.emit("steering_queued", turn=self._current.turn_id)
-        return SteerAck(turn_id=self._current.turn_id)
-
-    @steer.validator
-    def _validate_steer(self, input: SteerInput) -> None:
-        if self._current is None:
-            raise InputRejected("no turn is running to steer; send a prompt instead")
-        if self._cancel_reason is not None:
-            raise InputRejected(f"turn {self._current.turn_id} is being cancelled")
-        if not input.text.strip():
-            raise InputRejected("steering text is empty")
-
-    @workflow.update
-    def cancel(self, input: CancelInput) -> CancelAck:
-        """Stop the running turn at the next step and cancel its model call and tools."""
-        assert self._current is not None  # checked by the validator
-        self._cancel_reason = input.reason or "cancelled by user"
-        if self._model_call is not None:
-            self._model_call.cancel()
-        for handle in self._tool_calls.values():
-            handle.cancel()
-        return CancelAck(turn_id=self._current.turn_id)
-
-    @cancel.validator
-    def _validate_cancel(self, input: CancelInput) -> None:
-        if self._current is None:
-            raise InputRejected("no turn is running in this session")
-        if self._cancel_reason is not None:
-            raise InputRejected(f"turn {self._current.turn_id} is already being cancelled")
-
-    @workflow.signal
-    def close(self, input: CloseInput) -> None:
-        """Close the session once the running and queued turns have finished."""
-        workflow.logger.info("session closing: %s", input.reason)
-        self._closing = True
-
-    @workflow.query
-    def state(self, input: StateQuery | None = None) -> SessionState:
-        """The conversation, turns, usage and events since ``events_since``."""
-        q = input or StateQuery()
-        ledger = self._ledger
-        if self._closed:
-            status = "closed"
-        elif self._closing:
-            status = "closing"
-        else:
-            status = "running" if self._current is not None else "idle"
-        return SessionState(
-            session_id=workflow.info().workflow_id,
-            status=status,
-            config=self._config,
-            messages=ledger.messages if q.include_messages else [],
-            message_count=len(ledger.messages),
-            pending=self._pending,
-            queued=[item.turn_id for item in self._queue],
-            turns=list(ledger.turns.values()),
-            usage=ledger.usage,
-            events=ledger.events[q.events_since :],
-            event_count=len(ledger.events),
-        )
-
-    @workflow.query
-    def pending(self) -> PendingView:
-        """The assistant message held outside the conversation, and its open interrupts."""
-        return self._pending
-
-    @workflow.query
-    def turn(self, turn_id: int) -> TurnRecord:
-        """One turn's status and result."""
-        record = self._ledger.turns.get(turn_id)
-        if record is None:
-            raise InputRejected(f"no turn {turn_id} in this session")
-        return record

@@ -43,6 +43,7 @@ SAMPLE_TOOLS = {
     "whoami",
     "record",
     "guarded_record",
+    "big",
 }
 
 

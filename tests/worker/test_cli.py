@@ -3,70 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
-from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def keel_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEL_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def keel(
-    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def write_script(path: Path, responses: list[dict[str, Any]]) -> str:
-    path.write_text(json.dumps({"responses": responses}))
-    return f"scripted:{path}"
-
-
-@pytest.fixture
-def server_env(temporal_env: WorkflowEnvironment) -> dict[str, str]:
-    address = temporal_env.client.service_client.config.target_host
-    return keel_env(TEMPORAL_ADDRESS=address, KEEL_TASK_QUEUE=f"cli-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def worker_process(server_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
-        env=server_env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+from tests.worker.conftest import keel, keel_env, write_script
 
 
 def test_run_json_two_cycle_turn_with_tool_module(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
-from tests.worker.test_cli import ROOT, keel, keel_env, write_script
+from tests.worker.conftest import ROOT, keel, keel_env, write_script
 from worker.devserver import DevServer, DevServerError
 
 
@@ -73,6 +73,7 @@ def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
         assert first.poll() is None, first.communicate()
         assert time.monotonic() < deadline, "the first turn never reached its tools"
         time.sleep(0.1)
+    time.sleep(1.0)  # let the quick record tool report its completion; slow is still running
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     orphan = json.loads((home / "server.json").read_text())["server_pid"]

@@ -143,3 +143,27 @@ async def test_max_tokens_mid_tool_use_runs_nothing(
     assert not any(e.type == "tool_started" for e in state.events)
     assert len(bedrock.requests) == 1
     no_dangling(state.messages)
+
+
+async def test_context_window_limits_what_the_model_sees_not_what_is_kept(
+    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+) -> None:
+    bedrock.script(
+        *(
+            Reply([tool_use(f"w{i}", "echo", text=str(i))], stop_reason="tool_use")
+            for i in range(4)
+        ),
+        Reply([text("done")]),
+    )
+    config = CONFIG.model_copy(update={"context_messages": 3})
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "loop a little", config=config, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "completed", record
+    assert len(state.messages) == 10  # everything is kept
+    last = bedrock.requests[-1].body["messages"]
+    assert last[0] == {"role": "user", "content": [{"text": "loop a little"}]}
+    assert len(last) == 3  # the task, then the latest whole tool-use / tool-result pair
+    assert last[1]["content"][0]["toolUse"]["toolUseId"] == "w3"
+    assert last[2]["content"][0]["toolResult"]["toolUseId"] == "w3"

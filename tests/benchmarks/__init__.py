@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; run as modules (``python -m tests.benchmarks.history``)."""

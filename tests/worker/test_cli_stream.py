@@ -1,0 +1,197 @@
+"""Streamed model text for watchers: heartbeat details read by ``KeelClient`` and ``keel watch``.
+
+A stand-in model activity (registered under the model activity's name) heartbeats text that
+the test controls, so what a watcher sees is deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from tests.worker.conftest import ROOT, keel_env
+from worker.assembly import sandbox_runner
+from worker.follow import StreamedText, event_line, progress_line
+from worker.sessions import KeelClient, ModelStream
+from workflows.contracts import (
+    DescribeToolsInput,
+    DescribeToolsResult,
+    Event,
+    ModelRequest,
+    ModelResponse,
+    SessionConfig,
+    TurnRecord,
+)
+from workflows.policies import DESCRIBE_TOOLS_ACTIVITY, MODEL_ACTIVITY
+from workflows.session import AgentSession
+
+
+class StreamingModel:
+    """A model activity that streams whatever text the test sets, until cancelled.
+
+    The session gets no tools (``no_tools``), so no tool activity is needed.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.started = asyncio.Event()
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def converse(self, request: ModelRequest) -> ModelResponse:
+        self.started.set()
+        while True:  # heartbeats deliver the cancellation too
+            activity.heartbeat({"text_chars": len(self.text), "events": 1, "text": self.text})
+            await asyncio.sleep(0.1)
+
+
+@activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
+async def no_tools(request: DescribeToolsInput) -> DescribeToolsResult:
+    return DescribeToolsResult(tools=[])
+
+
+@pytest.fixture
+async def streaming(client: Client, task_queue: str) -> AsyncIterator[StreamingModel]:
+    model = StreamingModel()
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentSession],
+        activities=[model.converse, no_tools],
+        workflow_runner=sandbox_runner(),
+        max_heartbeat_throttle_interval=timedelta(seconds=0.3),
+        graceful_shutdown_timeout=timedelta(seconds=1),
+    )
+    async with worker:
+        yield model
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 15) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.1)
+
+
+async def test_streamed_text_reaches_the_client_and_keel_watch(
+    client: Client, task_queue: str, streaming: StreamingModel
+) -> None:
+    keel = KeelClient(client, task_queue)
+    session = f"stream-{uuid.uuid4().hex[:8]}"
+    await keel.prompt(session, "hi", config=SessionConfig(model="scripted:unused.json"))
+    await asyncio.wait_for(streaming.started.wait(), 15)
+
+    address = client.service_client.config.target_host
+    env = keel_env(TEMPORAL_ADDRESS=address, KEEL_TASK_QUEUE=task_queue)
+    watch = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker.cli",
+        "watch",
+        session,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    seen = ""
+
+    async def watched(marker: str) -> None:
+        nonlocal seen
+        assert watch.stdout is not None
+        while marker not in seen:
+            chunk = await asyncio.wait_for(watch.stdout.read(1024), 20)
+            assert chunk, seen
+            seen += chunk.decode()
+
+    try:
+        await watched("turn_started")
+        streaming.text = "Hello"
+
+        async def hello() -> bool:
+            return await keel.streamed_text(session) == (5, "Hello")
+
+        await until(hello)
+        await watched("Hello")
+        streaming.text = "Hello, world"
+
+        async def world() -> bool:
+            return await keel.streamed_text(session) == (12, "Hello, world")
+
+        await until(world)
+        await watched("Hello, world")
+        assert seen.count("Hello") == 1, seen  # each character once
+
+        watch.send_signal(signal.SIGINT)  # Ctrl-C ends a watch normally
+        assert await asyncio.wait_for(watch.wait(), 20) == 0
+    finally:
+        if watch.returncode is None:
+            watch.kill()
+            await watch.wait()
+
+    await keel.cancel(session, "enough")
+    record = await keel.wait_turn(session, 1, timeout_s=20)
+    assert record.status == "cancelled"
+
+    async def gone() -> bool:  # the cancelled call leaves once the activity has stopped
+        return await keel.streamed_text(session) is None
+
+    await until(gone)
+
+
+def test_streamed_text_prints_each_character_once() -> None:
+    out = io.StringIO()
+    text = StreamedText(out)
+    text.update(ModelStream("1", 1, 0, ""))
+    text.update(ModelStream("1", 1, 5, "Hello"))
+    text.update(ModelStream("1", 1, 5, "Hello"))
+    text.update(ModelStream("1", 1, 12, "Hello, world"))
+    text.update(None)
+    text.update(ModelStream("1", 2, 3, "Hi!"))  # a retry starts over, on its own line
+    text.update(ModelStream("7", 1, 10, "0123456789"))
+    text.update(ModelStream("7", 1, 9000, "tail"))  # more than the tail holds: a gap
+    text.end_line()
+    text.end_line()
+    assert out.getvalue() == "Hello, world\nHi!\n0123456789…tail\n"
+
+
+def event(seq: int, type_: str, turn: int | None = 1, cycle: int | None = None, **d: Any) -> Event:
+    at = "2024-05-01T10:00:00+00:00"
+    fields = {"seq": seq, "type": type_, "at": at, "turn": turn, "cycle": cycle, "detail": d}
+    return Event.model_validate(fields)
+
+
+def test_event_lines_name_the_useful_details() -> None:
+    usage = {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}
+    called = event(4, "model_called", cycle=2, stop_reason="tool_use", usage=usage)
+    assert event_line(called).split(None, 1)[1] == (
+        "4 t1.c2   model_called      tool_use, 3 in / 4 out tokens"
+    )
+    assert progress_line(called) == "model call 2 -> tool_use (3 in / 4 out tokens)"
+    finished = event(6, "tool_finished", cycle=2, tool="add", id="t1", status="error")
+    assert event_line(finished).endswith("tool_finished     add (t1): error")
+    assert progress_line(finished) == "tool add finished: error"
+    created = event(7, "interrupt_created", kind="approval", id="i-1", tool="rm", tool_use_id="u")
+    assert event_line(created).endswith("approval i-1 for rm (u)")
+    assert progress_line(created) == "approval needed: rm (interrupt i-1)"
+    decided = event(8, "interrupt_decided", id="i-1", status="denied", by="ann")
+    assert progress_line(decided) == "interrupt i-1 denied by ann"
+    ended = event(9, "turn_ended", status="failed", stop_reason="max_cycles")
+    turns = {1: TurnRecord(turn_id=1, status="failed", error="over budget")}
+    assert event_line(ended, turns).endswith("turn_ended        failed (max_cycles): over budget")
+    assert progress_line(ended, turns) == "turn 1 failed (max_cycles): over budget"
+    added = event(3, "message_added", index=0, role="user")
+    assert event_line(added).endswith("message_added     user message #0")
+    assert progress_line(added) is None
+    closed = event(10, "session_closed", turn=None)
+    assert event_line(closed).split(None, 1)[1] == "10 -       session_closed"

@@ -1,0 +1,139 @@
+"""The S3 conversation store against a local S3-compatible server (moto).
+
+Two worker processes share it, and one conversation spans several runs.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+from temporalio.testing import WorkflowEnvironment
+
+from activities.store import StoreMissing, open_store
+from activities.store import s3 as s3_backend
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.worker.conftest import ROOT, keel_env, write_script
+from worker.sessions import KeelClient
+from workflows.contracts import SessionConfig
+from workflows.messages import Message
+
+BUCKET = "keel-conversations"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {
+        "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    s3_backend.reset_client()
+    boto3.client("s3").create_bucket(Bucket=BUCKET)
+    try:
+        yield env
+    finally:
+        s3_backend.reset_client()
+        server.stop()
+
+
+def test_s3_store_round_trip_and_missing_objects(s3_env: dict[str, str]) -> None:
+    store = open_store(f"s3://{BUCKET}/unit")
+    messages = [
+        Message.model_validate({"role": "user", "content": [{"text": f"m{i}"}]}) for i in range(3)
+    ]
+    first = store.extend(None, messages[:2])
+    second = store.extend(first, messages[2:])
+    assert second is not None and second.count == 3
+    assert open_store(f"s3://{BUCKET}/unit").load(second) == messages  # a cold reader
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert all(k.startswith("unit/") for k in keys) and len(keys) == 5  # 3 messages, 2 segments
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=next(k for k in keys if "/msg/" in k))
+    with pytest.raises(StoreMissing, match="is missing from s3://"):
+        open_store(f"s3://{BUCKET}/unit").load(second)
+
+
+async def test_two_worker_processes_share_the_s3_store(
+    s3_env: dict[str, str], temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    cycles = 12
+    model = write_script(
+        tmp_path / "s.json",
+        [respond(tool_use(f"t{i}", "whoami"), stop="tool_use") for i in range(cycles)]
+        + [respond(text("shared store works"))],
+    )
+    queue = f"s3-{uuid.uuid4().hex[:8]}"
+    prefix = f"run-{uuid.uuid4().hex[:6]}"
+    env = keel_env(
+        TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host,
+        KEEL_TASK_QUEUE=queue,
+        KEEL_STORE=f"s3://{BUCKET}/{prefix}",
+        **s3_env,
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        time.sleep(1.0)
+        keel = KeelClient(temporal_env.client, queue, open_store(f"s3://{BUCKET}/{prefix}"))
+        session = f"s3-{uuid.uuid4().hex[:8]}"
+        config = SessionConfig(model=model, tool_modules=[SAMPLE_TOOLS], continue_as_new_events=40)
+        record = await keel.run(session, "who are you", config=config, timeout_s=120)
+        state = await keel.state(session)
+    finally:
+        for proc in workers:
+            proc.terminate()
+        stderr = [proc.communicate(timeout=30)[1] for proc in workers]
+    assert record.status == "completed", (record.error, stderr)
+    assert state.run > 1, "the session should have continued as new"
+    assert len(state.messages) == 2 * cycles + 2  # one conversation across runs, from S3
+    keys = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/msg/")
+    assert keys["KeyCount"] >= 2 * cycles + 1
+    # both workers took part: activity-started events name the worker that ran each one
+    identities = set()
+    handle = temporal_env.client.get_workflow_handle(session)
+    run = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
+    while run:
+        events = (
+            await temporal_env.client.get_workflow_handle(session, run_id=run).fetch_history()
+        ).events
+        identities |= {
+            e.activity_task_started_event_attributes.identity
+            for e in events
+            if e.HasField("activity_task_started_event_attributes")
+        }
+        last = events[-1]
+        run = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    assert len(identities) == 2, identities

@@ -1,0 +1,217 @@
+"""Long-running sessions: linear history, the conversation store, continue-as-new anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from activities.store import ConversationStore, open_store
+from activities.store.base import canonical_json
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.workflows.test_session import no_dangling, result_texts
+from worker.assembly import build_worker
+from worker.sessions import KeelClient, RequestRejected
+from workflows.messages import Message
+
+
+def sid() -> str:
+    return f"l-{uuid.uuid4().hex[:10]}"
+
+
+async def history_bytes(client: Client, session: str) -> tuple[int, int]:
+    """Protobuf bytes of every event of every run of a session, and the number of runs."""
+    handle = client.get_workflow_handle(session)
+    run_id = (await handle.describe()).raw_description.workflow_execution_info
+    first = run_id.first_run_id or run_id.execution.run_id
+    total, runs, current = 0, 0, first
+    while current:
+        history = await client.get_workflow_handle(session, run_id=current).fetch_history()
+        total += sum(e.ByteSize() for e in history.events)
+        runs += 1
+        last = history.events[-1]
+        attrs = last.workflow_execution_continued_as_new_event_attributes
+        current = (
+            attrs.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return total, runs
+
+
+def conversation_bytes(messages: list[Message]) -> int:
+    return sum(len(canonical_json(m.model_dump(mode="json"))) for m in messages)
+
+
+def tool_loop(cycles: int, result_size: int = 2048) -> list[dict[str, Any]]:
+    loop = [
+        respond(tool_use(f"c{i}", "big", size=result_size), stop="tool_use") for i in range(cycles)
+    ]
+    return [*loop, respond(text(f"done after {cycles} cycles"))]
+
+
+async def run_loop(keel: KeelClient, run_worker: Any, script: Any, cycles: int) -> dict[str, Any]:
+    config = script(tool_loop(cycles), continue_as_new_events=400)
+    session = sid()
+    async with run_worker(max_cached_workflows=100):
+        record = await keel.run(session, "loop", config=config, timeout_s=600)
+        state = await keel.state(session)
+    assert record.status == "completed", record.error
+    assert record.cycles == cycles + 1
+    messages = state.messages
+    assert len(messages) == 2 * cycles + 2
+    # every message exactly once, in order: each cycle's use and its result
+    for i in range(cycles):
+        use = messages[1 + 2 * i].content[0].toolUse
+        assert use is not None and use.toolUseId == f"c{i}"
+        assert result_texts(messages[2 + 2 * i])[0][:2] == (f"c{i}", "success")
+    no_dangling(messages)
+    total, runs = await history_bytes(keel.client, session)
+    ratio = total / conversation_bytes(messages)
+    return {"cycles": cycles, "runs": runs, "history": total, "ratio": ratio}
+
+
+async def test_long_tool_loop_keeps_history_linear(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    figures = [await run_loop(keel, run_worker, script, n) for n in (100, 300)]
+    for f in figures:
+        print(
+            f"history_ratio cycles={f['cycles']} runs={f['runs']} "
+            f"history_bytes={f['history']} ratio={f['ratio']:.2f}"
+        )
+        assert f["ratio"] < 3, f
+    assert figures[1]["runs"] > 1, "300 cycles should span several runs"
+
+
+async def test_continue_as_new_while_approval_pending(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("e1", "echo", text="warm up"), stop="tool_use"),
+            respond(
+                tool_use("free", "echo", text="runs at once"),
+                tool_use("g1", "guarded_record", path=str(target), value="v"),
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await keel.run(session, "go", config=config, timeout_s=30)
+        assert waiting.status == "interrupted"
+        for _ in range(100):  # the parked session moves to a new run while it waits
+            if (await keel.state(session, include_messages=False)).run > 1:
+                break
+            await asyncio.sleep(0.1)
+        parked = await keel.state(session)
+        assert parked.run > 1 and parked.pending.message is not None
+        assert parked.message_count == 3  # the parked message is not in the conversation
+        await keel.decide(session, waiting.interrupts[0].id, "approve")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert done.status == "completed"
+    assert target.read_text() == "v\n"
+    assert result_texts(state.messages[4]) == [
+        ("free", "success", "runs at once"),
+        ("g1", "success", "recorded v"),
+    ]
+    assert [e.seq for e in state.events] == sorted(e.seq for e in state.events)
+    assert any(e.type == "run_continued" for e in state.events)
+    no_dangling(state.messages)
+
+
+async def test_prompts_sent_during_the_switch_are_all_processed(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    prompts = 12
+    config = script(
+        [
+            respond(tool_use(f"t{i}", "echo", text=str(i)), stop="tool_use")
+            if i % 2 == 0
+            else respond(text(f"answer {i // 2}"))
+            for i in range(2 * prompts)
+        ],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    async with run_worker():
+        first = await keel.prompt(session, "prompt 0", config=config)
+        acks = [
+            first,
+            *await asyncio.gather(
+                *(keel.prompt(session, f"prompt {i}") for i in range(1, prompts))
+            ),
+        ]
+        records = [await keel.wait_turn(session, a.turn_id, timeout_s=60) for a in acks]
+        state = await keel.state(session)
+    assert sorted(a.turn_id for a in acks) == list(range(1, prompts + 1))
+    assert [r.status for r in records] == ["completed"] * prompts
+    assert state.run > 2, "the test should have crossed several runs"
+    user_texts = [b.text for m in state.messages if m.role == "user" for b in m.content if b.text]
+    by_turn = sorted(acks, key=lambda a: a.turn_id)
+    assert len(user_texts) == prompts
+    assert len(set(user_texts)) == prompts
+    assert user_texts[0] == "prompt 0" and [a.turn_id for a in by_turn] == list(range(1, 13))
+    no_dangling(state.messages)
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupted"])
+async def test_damaged_store_fails_the_turn_naming_the_digest(
+    keel: KeelClient, run_worker: Any, script: Any, store: ConversationStore, damage: str
+) -> None:
+    config = script([respond(text("first")), respond(text("never"))])
+    session = sid()
+    async with run_worker(max_cached_workflows=100):
+        await keel.run(session, "one", config=config, timeout_s=30)
+        root = Path(store.backend.root)  # type: ignore[attr-defined]
+        victim = next(p for p in (root / "msg").rglob("*") if p.is_file())
+        if damage == "missing":
+            victim.unlink()
+        else:
+            victim.write_bytes(b'{"role":"user","content":[{"text":"forged"}]}')
+    # a fresh worker process has no cache: a new store object over the same directory
+    fresh = open_store(str(root))
+    async with build_worker(keel.client, keel.task_queue, [SAMPLE_TOOLS], store=fresh):
+        failed = await keel.run(session, "two", timeout_s=30)
+    assert failed.status == "failed"
+    assert failed.error is not None and victim.name in failed.error
+    assert ("missing" if damage == "missing" else "corrupted") in failed.error
+
+
+async def test_oversized_prompt_and_tool_result_are_refused_clearly(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script(
+        [
+            respond(text("hello")),
+            respond(tool_use("b", "big", size=1_200_000), stop="tool_use"),
+            respond(text("too big, noted")),
+        ]
+    )
+    session = sid()
+    async with run_worker():
+        await keel.run(session, "hi", config=config, timeout_s=30)
+        with pytest.raises(RequestRejected, match="over the limit of 1,000,000 bytes"):
+            await keel.prompt(session, "x" * 1_100_000)
+        record = await keel.run(session, "make something big", timeout_s=60)
+        state = await keel.state(session)
+    assert record.status == "completed"
+    [(use_id, status, message)] = result_texts(state.messages[4])
+    assert use_id == "b" and status == "error" and "over Keel's limit of 1,000,000 bytes" in message
+
+
+def test_the_store_spec_in_json_is_stable() -> None:
+    # digests are of canonical JSON: key order and spacing never change them
+    a = Message.model_validate({"role": "user", "content": [{"text": "hi"}]})
+    b = Message.model_validate(json.loads('{"content": [{"text": "hi"}], "role": "user"}'))
+    assert canonical_json(a.model_dump(mode="json")) == canonical_json(b.model_dump(mode="json"))

@@ -1,0 +1,260 @@
+"""Following a session live: its event log and its streamed model text, printed as they come.
+
+``keel watch`` prints every event; ``keel run`` (and approve, deny, cancel) print progress
+lines for their own turn. Both poll the ``state`` query and, for the text a model streams,
+the model activity's heartbeat details; nothing here writes to workflow history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, TextIO
+
+from worker.sessions import SETTLED, KeelClient, ModelStream, SessionNotFound
+from workflows.contracts import Event, SessionState, TurnRecord
+
+# How often a follower asks for streamed text at most; heartbeats come about once a second.
+STREAM_EVERY_S = 0.5
+
+
+def _clock(at: str) -> str:
+    """An event's ISO time as local ``HH:MM:SS``."""
+    try:
+        return datetime.fromisoformat(at).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return at
+
+
+def _tokens(usage: Any) -> str:
+    if not isinstance(usage, Mapping):
+        return "? tokens"
+    return f"{usage.get('inputTokens', 0)} in / {usage.get('outputTokens', 0)} out tokens"
+
+
+def _error_of(event: Event, turns: Mapping[int, TurnRecord]) -> str | None:
+    record = turns.get(event.turn) if event.turn is not None else None
+    return record.error if record is not None else None
+
+
+def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -> str:
+    """The useful details of an event, as a short phrase (empty when there are none).
+
+    Args:
+        event: the event.
+        turns: turn records by id, to name why a turn failed (the event does not say).
+    """
+    d, turns = event.detail, turns or {}
+    match event.type:
+        case "model_called":
+            return f"{d.get('stop_reason')}, {_tokens(d.get('usage'))}"
+        case "tool_started":
+            return f"{d.get('tool')} ({d.get('id')})"
+        case "tool_finished":
+            return f"{d.get('tool')} ({d.get('id')}): {d.get('status')}"
+        case "message_added":
+            return f"{d.get('role')} message #{d.get('index')}"
+        case "interrupt_created":
+            return f"{d.get('kind')} {d.get('id')} for {d.get('tool')} ({d.get('tool_use_id')})"
+        case "interrupt_decided":
+            by = f" by {d['by']}" if d.get("by") else ""
+            return f"{d.get('id')} {d.get('status')}{by}"
+        case "turn_ended":
+            error = _error_of(event, turns) if d.get("status") != "completed" else None
+            text = f"{d.get('status')} ({d.get('stop_reason')})"
+            return f"{text}: {error}" if error else text
+        case "steering_added":
+            return f"{d.get('count')} guidance text(s) given to the model"
+        case "steering_dropped":
+            return f"{len(d.get('texts') or [])} guidance text(s) dropped: the turn ended"
+    return ", ".join(f"{key}={value}" for key, value in d.items())
+
+
+def event_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -> str:
+    """One event as ``keel watch`` prints it: time, turn/cycle, type, details."""
+    where = "-"
+    if event.turn is not None:
+        where = f"t{event.turn}" + (f".c{event.cycle}" if event.cycle is not None else "")
+    details = event_details(event, turns)
+    line = f"{_clock(event.at)} {event.seq:>4} {where:<7} {event.type:<17}"
+    return f"{line} {details}".rstrip()
+
+
+def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -> str | None:
+    """One event as ``keel run`` reports progress, or None for events it does not report."""
+    d = event.detail
+    match event.type:
+        case "model_called":
+            return f"model call {event.cycle} -> {d.get('stop_reason')} ({_tokens(d.get('usage'))})"
+        case "tool_started":
+            return f"tool {d.get('tool')} started"
+        case "tool_finished":
+            return f"tool {d.get('tool')} finished: {d.get('status')}"
+        case "interrupt_created":
+            return f"approval needed: {d.get('tool')} (interrupt {d.get('id')})"
+        case "interrupt_decided":
+            by = f" by {d['by']}" if d.get("by") else ""
+            return f"interrupt {d.get('id')} {d.get('status')}{by}"
+        case "steering_added":
+            return "guidance given to the model"
+        case "turn_ended":
+            return f"turn {event.turn} {event_details(event, turns)}"
+    return None
+
+
+class StreamedText:
+    """Prints what a model call streams, each character once, from heartbeat snapshots.
+
+    A snapshot carries the count of characters streamed so far and the tail of the text;
+    only the part beyond what was printed is written. A new model call (or a retry) starts
+    over. When the part not yet printed is longer than the tail, a gap is marked with ``…``.
+    """
+
+    def __init__(self, out: TextIO, *, dim: bool = False) -> None:
+        """Print to ``out``; ``dim`` greys the text (for a terminal)."""
+        self.out = out
+        self.dim = dim
+        self._call: tuple[str, int] | None = None
+        self._shown = 0
+        self._open = False  # the last thing written was streamed text without a newline
+
+    def update(self, stream: ModelStream | None) -> None:
+        """Print the new part of a model call's streamed text."""
+        if stream is None:
+            return
+        call = (stream.activity_id, stream.attempt)
+        if call != self._call:
+            self.end_line()
+            self._call, self._shown = call, 0
+        new = stream.text_chars - self._shown
+        if new <= 0 or not stream.text:
+            return
+        part = stream.text[-new:] if new <= len(stream.text) else "…" + stream.text
+        self._shown = stream.text_chars
+        self.out.write(f"\x1b[2m{part}\x1b[0m" if self.dim else part)
+        self.out.flush()
+        self._open = not part.endswith("\n")
+
+    def end_line(self) -> None:
+        """End a line of streamed text, so that what follows starts on its own line."""
+        if self._open:
+            self.out.write("\n")
+            self.out.flush()
+            self._open = False
+
+
+class Follower:
+    """Follows one session from an event number on, printing as it goes.
+
+    Attributes:
+        since: events seen so far; following again continues from here.
+    """
+
+    def __init__(
+        self,
+        keel: KeelClient,
+        session: str,
+        since: int = 0,
+        *,
+        out: TextIO | None = None,
+        style: str = "progress",
+        turn: int | None = None,
+        stream_text: bool = False,
+        poll_s: float = 0.2,
+    ) -> None:
+        """Set up a follower.
+
+        Args:
+            keel: the client.
+            session: the session to follow.
+            since: the number of events already seen.
+            out: where to print; None prints nothing.
+            style: ``progress`` (``keel run``), ``events`` (``keel watch``) or ``json``
+                (one event object per line).
+            turn: print only this turn's events.
+            stream_text: also print the text model calls stream (not in ``json`` style).
+            poll_s: seconds between polls.
+        """
+        self.keel = keel
+        self.session = session
+        self.since = since
+        self.out = out
+        self.style = style
+        self.turn = turn
+        self.poll_s = poll_s
+        self.text: StreamedText | None = None
+        if out is not None and stream_text and style != "json":
+            self.text = StreamedText(out, dim=out.isatty())
+        self._asked_stream_at = 0.0
+
+    async def turn_settled(self, turn_id: int) -> TurnRecord:
+        """Follow until the turn has ended or waits for a human; returns its record."""
+        settled: TurnRecord | None = None
+
+        def stop(state: SessionState) -> bool:
+            nonlocal settled
+            record = next((t for t in state.turns if t.turn_id == turn_id), None)
+            if record is not None and record.status in SETTLED:
+                settled = record
+            return settled is not None
+
+        await self.follow(stop)
+        if settled is None:  # the session stopped running before the turn settled
+            return await self.keel.turn(self.session, turn_id)
+        return settled
+
+    async def follow(
+        self, stop: Callable[[SessionState], bool] | None = None
+    ) -> SessionState | None:
+        """Print events until ``stop(state)`` is true or the session stops; the last state."""
+        last: SessionState | None = None
+        async for state in self.keel.snapshots(self.session, self.since, poll_s=self.poll_s):
+            last = state
+            self.since = max(self.since, state.event_count)
+            self.print_events(state)
+            if stop is not None and stop(state):
+                break
+            await self._stream(state)
+        if self.text is not None:
+            self.text.end_line()
+        return last
+
+    def print_events(self, state: SessionState) -> None:
+        """Print a state's (new) events in this follower's style."""
+        if self.out is None:
+            return
+        turns = {t.turn_id: t for t in state.turns}
+        for event in state.events:
+            if self.turn is not None and event.turn != self.turn:
+                continue
+            if self.style == "json":
+                line: str | None = json.dumps(event.model_dump(mode="json"))
+            elif self.style == "events":
+                line = event_line(event, turns)
+            else:
+                line = progress_line(event, turns)
+            if line is None:
+                continue
+            if self.text is not None:
+                self.text.end_line()
+            print(line, file=self.out, flush=True)
+
+    async def _stream(self, state: SessionState) -> None:
+        if self.text is None or state.status != "running":
+            return
+        if self.turn is not None:
+            record = next((t for t in state.turns if t.turn_id == self.turn), None)
+            if record is None or record.status != "running":
+                return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._asked_stream_at < STREAM_EVERY_S:
+            return
+        self._asked_stream_at = loop.time()
+        try:
+            self.text.update(await self.keel.model_stream(self.session))
+        except SessionNotFound:
+            raise
+        except Exception:  # streamed text is a nicety; a failed describe is not an error
+            return

@@ -1,0 +1,206 @@
+"""The messages ``AgentSession`` takes: updates, signals and queries, with their validators.
+
+Handlers only read and record; the session loop in ``workflows.session`` acts on what they
+record. Every handler is synchronous, so none is ever left running at continue-as-new.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.approvals import check_decision
+    from workflows.boundary import InputRejected, validate_prompt
+    from workflows.contracts import (
+        CancelAck,
+        CancelInput,
+        CloseInput,
+        Decision,
+        DecisionAck,
+        Interrupt,
+        InterruptStatus,
+        ModelResponse,
+        PendingView,
+        PromptAck,
+        PromptInput,
+        SessionConfig,
+        SessionState,
+        StateQuery,
+        SteerAck,
+        SteerInput,
+        ToolResponse,
+        TurnRecord,
+    )
+    from workflows.ledger import Ledger
+    from workflows.messages import ContentBlock
+
+# A prompt bigger than this is refused: it must fit one Temporal payload (2 MB) with room.
+MAX_PROMPT_BYTES = 1_000_000
+
+
+@dataclass
+class Queued:
+    """A prompt waiting for its turn."""
+
+    turn_id: int
+    content: list[ContentBlock]
+
+
+class SessionHandlers:
+    """The session's handlers.
+
+    Updates ``prompt``, ``decide``, ``steer``, ``cancel``; signals ``decide``, ``close``;
+    queries ``state``, ``pending``, ``turn``.
+    """
+
+    _config: SessionConfig
+    _ledger: Ledger
+    _queue: deque[Queued]
+    _current: TurnRecord | None
+    _pending: PendingView
+    _model_call: workflow.ActivityHandle[ModelResponse] | None
+    _tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]]
+    _cancel_reason: str | None
+    _steering: list[str]
+    _closing: bool
+    _closed: bool
+    _run_number: int
+
+    def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
+        record = self._ledger.new_turn()
+        self._queue.append(Queued(turn_id=record.turn_id, content=content))
+        return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
+
+    @workflow.update
+    def prompt(self, input: PromptInput) -> PromptAck:
+        """Queue a prompt as a new turn; answers with its turn id."""
+        return self._enqueue(input.content)
+
+    @prompt.validator
+    def _validate_prompt(self, input: PromptInput) -> None:
+        if self._closing:
+            raise InputRejected("session is closing; it takes no more prompts")
+        budget, used = self._config.max_session_tokens, self._ledger.usage.totalTokens
+        if budget is not None and used >= budget:
+            raise InputRejected(f"session used {used} tokens of its budget of {budget}")
+        validate_prompt(input.role, input.content)
+        size = len(input.model_dump_json())
+        if size > MAX_PROMPT_BYTES:
+            raise InputRejected(
+                f"prompt is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes"
+            )
+
+    @workflow.update
+    def decide(self, input: Decision) -> DecisionAck:
+        """Approve or deny a pending interrupt; the tool input stays the model's."""
+        interrupt = check_decision(self._ledger.interrupts, input, self._config)
+        self._apply_decision(interrupt, input)
+        return DecisionAck(
+            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        )
+
+    @decide.validator
+    def _validate_decide(self, input: Decision) -> None:
+        check_decision(self._ledger.interrupts, input, self._config)
+
+    @workflow.signal(name="decide")
+    def decide_signal(self, input: Decision) -> None:
+        """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
+        try:
+            interrupt = check_decision(self._ledger.interrupts, input, self._config)
+        except InputRejected as err:
+            workflow.logger.warning("ignored decide signal: %s", err)
+            return
+        self._apply_decision(interrupt, input)
+
+    def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
+        status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
+        self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason)
+
+    @workflow.update
+    def steer(self, input: SteerInput) -> SteerAck:
+        """Add guidance that the model sees at the next safe point of the running turn."""
+        assert self._current is not None  # checked by the validator
+        self._steering.append(input.text.strip())
+        self._ledger.emit("steering_queued", turn=self._current.turn_id)
+        return SteerAck(turn_id=self._current.turn_id)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        if self._current is None:
+            raise InputRejected("no turn is running to steer; send a prompt instead")
+        if self._cancel_reason is not None:
+            raise InputRejected(f"turn {self._current.turn_id} is being cancelled")
+        if not input.text.strip():
+            raise InputRejected("steering text is empty")
+
+    @workflow.update
+    def cancel(self, input: CancelInput) -> CancelAck:
+        """Stop the running turn at the next step and cancel its model call and tools."""
+        assert self._current is not None  # checked by the validator
+        self._cancel_reason = input.reason or "cancelled by user"
+        if self._model_call is not None:
+            self._model_call.cancel()
+        for handle in self._tool_calls.values():
+            handle.cancel()
+        return CancelAck(turn_id=self._current.turn_id)
+
+    @cancel.validator
+    def _validate_cancel(self, input: CancelInput) -> None:
+        if self._current is None:
+            raise InputRejected("no turn is running in this session")
+        if self._cancel_reason is not None:
+            raise InputRejected(f"turn {self._current.turn_id} is already being cancelled")
+
+    @workflow.signal
+    def close(self, input: CloseInput) -> None:
+        """Close the session once the running and queued turns have finished."""
+        workflow.logger.info("session closing: %s", input.reason)
+        self._closing = True
+
+    @workflow.query
+    def state(self, input: StateQuery | None = None) -> SessionState:
+        """The session as clients see it.
+
+        The conversation is ``base`` (stored, by reference) then the messages not yet
+        stored; with turns, usage and the events since ``events_since``.
+        """
+        q = input or StateQuery()
+        ledger = self._ledger
+        if self._closed:
+            status = "closed"
+        elif self._closing:
+            status = "closing"
+        else:
+            status = "running" if self._current is not None else "idle"
+        return SessionState(
+            session_id=workflow.info().workflow_id,
+            status=status,
+            config=self._config,
+            base=ledger.stored,
+            messages=ledger.messages if q.include_messages else [],
+            message_count=ledger.message_count,
+            pending=self._pending,
+            queued=[item.turn_id for item in self._queue],
+            turns=list(ledger.turns.values()),
+            usage=ledger.usage,
+            events=ledger.events_since(q.events_since),
+            event_count=ledger.event_seq,
+            run=self._run_number,
+        )
+
+    @workflow.query
+    def pending(self) -> PendingView:
+        """The assistant message held outside the conversation, and its open interrupts."""
+        return self._pending
+
+    @workflow.query
+    def turn(self, turn_id: int) -> TurnRecord:
+        """One turn's status and result."""
+        record = self._ledger.turns.get(turn_id)
+        if record is None:
+            raise InputRejected(f"no turn {turn_id} in this session (or no longer kept)")
+        return record
