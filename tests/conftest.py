@@ -106,12 +106,26 @@ def model_log(
 
 
 async def save_history(client: Client, session_id: str, name: str) -> None:
-    """Record a session's history under tests/histories when KEEL_RECORD_HISTORIES=1."""
+    """Record every run of a session under tests/histories when KEEL_RECORD_HISTORIES=1."""
     if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
         return
-    history = await client.get_workflow_handle(session_id).fetch_history()
     HISTORIES.mkdir(exist_ok=True)
-    (HISTORIES / f"{name}.json").write_text(history.to_json())
+    info = (await client.get_workflow_handle(session_id).describe()).raw_description
+    run_id = (
+        info.workflow_execution_info.first_run_id or info.workflow_execution_info.execution.run_id
+    )
+    number = 1
+    while run_id:
+        history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
+        suffix = "" if number == 1 else f"-run{number}"
+        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
+        last = history.events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+        number += 1
 
 
 def tool_use(use_id: str, name: str, **inputs: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from activities.store import ConversationStore, open_store
 from activities.store.base import canonical_json
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, respond, save_history, text, tool_use
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
 from worker.sessions import KeelClient, RequestRejected
@@ -119,6 +119,7 @@ async def test_continue_as_new_while_approval_pending(
         await keel.decide(session, waiting.interrupts[0].id, "approve")
         done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
         state = await keel.state(session)
+    await save_history(keel.client, session, "approval_across_continue_as_new")
     assert done.status == "completed"
     assert target.read_text() == "v\n"
     assert result_texts(state.messages[4]) == [
@@ -154,6 +155,7 @@ async def test_prompts_sent_during_the_switch_are_all_processed(
         ]
         records = [await keel.wait_turn(session, a.turn_id, timeout_s=60) for a in acks]
         state = await keel.state(session)
+    await save_history(keel.client, session, "prompts_across_continue_as_new")
     assert sorted(a.turn_id for a in acks) == list(range(1, prompts + 1))
     assert [r.status for r in records] == ["completed"] * prompts
     assert state.run > 2, "the test should have crossed several runs"

@@ -19,7 +19,9 @@ from worker.sessions import KeelClient
 from workflows.contracts import ModelResponse, SessionInput, SessionResult, TurnRecord
 from workflows.session import AgentSession
 
-RECORDED = sorted(HISTORIES.glob("*.json"))
+# tests/histories/*.json: recorded by the current code; tests/histories/<version>/: recorded by
+# earlier code, kept so that a change which would break running sessions fails here.
+RECORDED = sorted(HISTORIES.rglob("*.json"))
 
 
 @workflow.defn(name="AgentSession", sandboxed=False)
@@ -51,12 +53,15 @@ def test_histories_are_recorded() -> None:
     assert len(RECORDED) >= 5, "tests/histories lost its recorded histories"
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+IDS = [str(p.relative_to(HISTORIES).with_suffix("")) for p in RECORDED]
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=IDS)
 async def test_recorded_history_replays(path: Path) -> None:
     await _replayer(AgentSession).replay_workflow(_load(path))
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+@pytest.mark.parametrize("path", RECORDED, ids=IDS)
 async def test_incompatible_change_fails_replay(path: Path) -> None:
     with pytest.raises(NondeterminismError):
         await _replayer(ReorderedSession).replay_workflow(_load(path))
