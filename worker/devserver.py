@@ -424,6 +424,14 @@ class DevServer:
                 f"(server at {record.get('address')}); wait for it, or run `keel dev` once and "
                 "let every terminal share it"
             )
+        logger.info(
+            "found %s: server pid %s (alive %s), owner pid %s (alive %s)",
+            self.lock_path,
+            server_pid,
+            _alive(server_pid),
+            owner_pid,
+            _alive(owner_pid),
+        )
         if _alive(server_pid) and _is_dev_server(server_pid):
             logger.warning(
                 "stopping Temporal dev server pid %s left running by a keel process that died",

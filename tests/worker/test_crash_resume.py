@@ -111,7 +111,10 @@ def fake_process() -> list[subprocess.Popen[bytes]]:
 
 async def test_a_live_owner_keeps_the_data_dir(tmp_path: Path, fake_process: list) -> None:
     owner = subprocess.Popen(["sleep", "30"])
-    server = subprocess.Popen(["bash", "-c", "exec -a temporal-start-dev sleep 30"])
+    # a stand-in whose command line looks like `temporal server start-dev`
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "server", "start-dev"]
+    )
     fake_process += [owner, server]
     (tmp_path / "server.json").write_text(
         json.dumps({"server_pid": server.pid, "owner_pid": owner.pid, "address": "127.0.0.1:1"})
