@@ -27,6 +27,7 @@ from activities.store import ConversationStore
 from activities.tools import (
     RegisteredTool,
     ToolContext,
+    ToolInterrupted,
     ToolModuleError,
     get_tool,
     registered_tools,
@@ -35,6 +36,7 @@ from activities.tools import (
 from workflows.contracts import (
     DescribeToolsInput,
     DescribeToolsResult,
+    ToolQuestion,
     ToolRequest,
     ToolResponse,
 )
@@ -69,6 +71,8 @@ class ToolActivities:
             asyncio.CancelledError: the activity was cancelled.
         """
         response = await run_tool(request)
+        if response.result is None:  # the tool asked a question instead
+            return response
         block = {"toolResult": response.result.model_dump(mode="json")}
         digest = await asyncio.to_thread(self.store.put_document, block)
         return response.model_copy(update={"digest": digest})
@@ -101,6 +105,7 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
         session_id=request.session_id,
         tool_use_id=use.toolUseId,
         idempotency_key=request.idempotency_key,
+        answers=request.answers,
     )
     timeout = request.timeout_s if request.timeout_s > 0 else None
     task = asyncio.ensure_future(_invoke(entry, ctx, kwargs))
@@ -120,6 +125,11 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
         return _error(use.toolUseId, f"tool {use.name!r} timed out after {_secs(timeout)} s")
     try:
         value = task.result()
+    except ToolInterrupted as asked:
+        activity.logger.info("tool %r asks %r", use.name, asked.name)
+        return ToolResponse(
+            result=None, question=ToolQuestion(name=asked.name, reason=asked.reason)
+        )
     except asyncio.CancelledError:
         # The tool cancelled itself; the activity was not cancelled.
         return _error(use.toolUseId, f"tool {use.name!r} failed: CancelledError")

@@ -16,17 +16,19 @@ import importlib
 import inspect
 import re
 import typing
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from workflows.contracts import ToolSpec
+from workflows.hooks import policies_of
 
 __all__ = [
     "RegisteredTool",
     "ToolContext",
+    "ToolInterrupted",
     "ToolModuleError",
     "get_tool",
     "load_tool_modules",
@@ -51,6 +53,19 @@ class ToolModuleError(ValueError):
     """A tool module could not be loaded, or a session asked for one this worker lacks."""
 
 
+class ToolInterrupted(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by ``ctx.interrupt`` to stop a tool until a human answers.
+
+    A ``BaseException`` so that a tool's own ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, name: str, reason: str | None) -> None:
+        """Name the question and say why it is asked."""
+        super().__init__(name)
+        self.name = name
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a ``@tool(context=True)`` function receives as its first argument, ``ctx``.
@@ -58,13 +73,35 @@ class ToolContext:
     Attributes:
         session_id: the session (workflow) that asked for the tool run.
         tool_use_id: the model's ``toolUseId`` for this call.
-        idempotency_key: ``<workflow id>/<toolUseId>``; the same on every retry of this call,
-            for side effects that must happen once.
+        idempotency_key: ``<workflow id>/<toolUseId>``; the same on every retry and every
+            re-run of this call, for side effects that must happen once.
+        answers: the answers humans gave to this call's questions so far, by name.
     """
 
     session_id: str
     tool_use_id: str
     idempotency_key: str
+    answers: Mapping[str, Any] = field(default_factory=dict)
+
+    def interrupt(self, name: str, reason: str | None = None) -> Any:
+        """Ask a human and stop until they answer; returns the answer once there is one.
+
+        The first time, this stops the tool: the session parks the turn behind a
+        ``question`` interrupt and waits for ``keel respond``. The tool then runs again from
+        the start, with the same input and idempotency key, and this call returns the answer
+        (any JSON value). Side effects before the question therefore happen again on the
+        re-run unless guarded by ``idempotency_key``.
+
+        Args:
+            name: names the question within this tool call (ask each name once).
+            reason: what is asked, shown to the person answering.
+
+        Raises:
+            ToolInterrupted: no answer yet; let it propagate.
+        """
+        if name in self.answers:
+            return self.answers[name]
+        raise ToolInterrupted(name, reason)
 
 
 @dataclass(frozen=True)
@@ -179,8 +216,10 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
             raise ToolModuleError(
                 f"tool module {module!r} could not be imported: {type(exc).__name__}: {exc}"
             ) from exc
-        if not _tools_of(module):
-            raise ToolModuleError(f"tool module {module!r} defines no @tool functions")
+        if not _tools_of(module) and not policies_of(module):
+            raise ToolModuleError(
+                f"tool module {module!r} defines no @tool functions and no @tool_policy"
+            )
         loaded.append(module)
     return loaded
 

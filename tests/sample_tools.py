@@ -7,17 +7,23 @@ import time
 from pathlib import Path
 
 from activities.tools import ToolContext, tool
+from workflows.hooks import Verdict, tool_policy
+from workflows.messages import ToolUse
 
 __all__ = [
     "add",
     "big",
     "boom",
+    "confirm_twice",
     "echo",
     "guarded_record",
     "hang",
+    "payments",
+    "pick_account",
     "record",
     "slow",
     "slow_sync",
+    "transfer",
     "whoami",
 ]
 
@@ -126,3 +132,55 @@ def big(size: int) -> str:
         size: how many characters to return.
     """
     return "x" * size
+
+
+@tool(context=True)
+def pick_account(ctx: ToolContext, query: str, log: str = "") -> str:
+    """Ask a human which account is meant, then use it.
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+        query: what the model is looking for.
+        log: a file to which every run of this tool appends a line (optional).
+    """
+    if log:
+        with Path(log).open("a", encoding="utf-8") as f:
+            f.write(f"run {ctx.idempotency_key}\n")
+    choice = ctx.interrupt("account", reason=f"which account matches {query!r}?")
+    return f"using {choice}"
+
+
+@tool(context=True)
+def confirm_twice(ctx: ToolContext, amount: int) -> str:
+    """Ask for two confirmations in sequence.
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+        amount: the amount to confirm.
+    """
+    first = ctx.interrupt("confirm", reason=f"confirm {amount}?")
+    second = ctx.interrupt("really", reason="are you sure?")
+    return f"confirmed {first} then {second}"
+
+
+@tool
+def transfer(amount: int, to: str) -> str:
+    """Send money (pretend).
+
+    Args:
+        amount: how much.
+        to: to whom.
+    """
+    return f"sent {amount} to {to}"
+
+
+@tool_policy("payments")
+def payments(use: ToolUse) -> Verdict:
+    """Deny transfers to a blocked name; require approval for large ones."""
+    if use.name != "transfer":
+        return Verdict.run()
+    if use.input.get("to") == "mallory":
+        return Verdict.deny("mallory is on the block list")
+    if use.input.get("amount", 0) > 1000:
+        return Verdict.approve("transfers over 1000 need approval")
+    return Verdict.run()

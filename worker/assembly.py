@@ -31,6 +31,7 @@ PASSTHROUGH_MODULES = (
     "workflows.policies",
     "workflows.ledger",
     "workflows.approvals",
+    "workflows.hooks",
 )
 
 

@@ -20,6 +20,7 @@ from worker.commands import (
     cmd_decide,
     cmd_dev,
     cmd_pending,
+    cmd_respond,
     cmd_run,
     cmd_sessions,
     cmd_show,
@@ -103,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
         _waiting_flags(cmd)
         cmd.set_defaults(handler=cmd_decide, decision=decision)
+
+    answer = sub.add_parser("respond", help="answer a tool's question, then wait like run")
+    answer.add_argument("session")
+    answer.add_argument("id", help="the question's interrupt id (see keel pending)")
+    answer.add_argument("value", help="the answer: JSON if it parses as JSON, else text")
+    answer.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+    _waiting_flags(answer)
+    answer.set_defaults(handler=cmd_respond)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
     steer.add_argument("session")

@@ -25,7 +25,9 @@ from worker.console import (
     EXIT_OK,
     EXIT_WAITING,
     ask_decision,
+    ask_question,
     interrupt_json,
+    parse_answer,
     print_interrupts,
     print_sessions,
     print_turn,
@@ -158,16 +160,21 @@ async def _finish_turn(
     record = await follower.turn_settled(turn_id)
     refused: set[str] = set()
     while record.status == "interrupted" and _interactive(args):
-        # questions a tool asks are answered with `keel respond`, not here
-        asked = [i for i in record.interrupts if i.kind == "approval" and i.id not in refused]
+        asked = [i for i in record.interrupts if i.id not in refused]
         if not asked:
             break
         for interrupt in asked:
-            answer = await ask_decision(interrupt)
-            if answer is None:
-                return print_turn(session, await keel.turn(session, turn_id), False)
-            decision, reason = answer
             try:
+                if interrupt.kind == "question":
+                    value = await ask_question(interrupt)
+                    if value is None:
+                        return print_turn(session, await keel.turn(session, turn_id), False)
+                    await keel.respond(session, interrupt.id, value[0], responder=_approver(args))
+                    continue
+                answer = await ask_decision(interrupt)
+                if answer is None:
+                    return print_turn(session, await keel.turn(session, turn_id), False)
+                decision, reason = answer
                 await keel.decide(
                     session, interrupt.id, decision, reason=reason, approver=_approver(args)
                 )
@@ -353,6 +360,15 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_sessions(sessions, settings.task_queue)
     return EXIT_OK
+
+
+async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel respond``: answer a tool's question, then wait like ``keel run``."""
+    value = parse_answer(args.value)
+    async with _existing_session(settings, args.session) as keel:
+        since = await keel.event_count(args.session)
+        ack = await keel.respond(args.session, args.id, value, responder=_approver(args))
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
 
 async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:

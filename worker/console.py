@@ -56,12 +56,18 @@ def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
     """Show pending interrupts to a person, with the commands that decide them."""
     for interrupt in interrupts:
         use = interrupt.tool_use
-        print(f"waiting for approval: {interrupt.reason}")
+        if interrupt.kind == "question":
+            print(f"question from tool {use.name!r} ({interrupt.name}): {interrupt.reason}")
+        else:
+            print(f"waiting for approval: {interrupt.reason}")
         print(f"  id:    {interrupt.id}")
         print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
-        print(f"  keel approve {session} {interrupt.id}")
-        print(f"  keel deny {session} {interrupt.id} --reason '...'")
+        if interrupt.kind == "question":
+            print(f"  keel respond {session} {interrupt.id} '<answer: JSON or text>'")
+        else:
+            print(f"  keel approve {session} {interrupt.id}")
+            print(f"  keel deny {session} {interrupt.id} --reason '...'")
 
 
 def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
@@ -189,6 +195,26 @@ async def ask(question: str) -> str | None:
 
 
 Answer = tuple[Literal["approve", "deny"], str | None]
+
+
+def parse_answer(raw: str) -> Any:
+    """An answer as typed: JSON when it parses as JSON, else the text itself."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+async def ask_question(interrupt: Interrupt) -> tuple[Any] | None:
+    """Show a tool's question and read the answer; None when the person gave none."""
+    use = interrupt.tool_use
+    print(f"tool {use.name!r} asks ({interrupt.name}): {interrupt.reason}")
+    print(f"  input: {json.dumps(use.input, sort_keys=True)}")
+    print(f"  id:    {interrupt.id}")
+    answer = await ask("answer (JSON or text): ")
+    if answer is None:
+        return None
+    return (parse_answer(answer.strip()),)
 
 
 async def ask_decision(interrupt: Interrupt) -> Answer | None:

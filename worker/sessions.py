@@ -33,6 +33,7 @@ from workflows.contracts import (
     PendingView,
     PromptAck,
     PromptInput,
+    Response,
     SessionConfig,
     SessionInput,
     SessionState,
@@ -340,6 +341,20 @@ class KeelClient:
         )
         return await _answer(
             session_id, self.handle(session_id).execute_update(AgentSession.decide, update)
+        )
+
+    async def respond(
+        self, session_id: str, interrupt_id: str, value: Any, *, responder: str | None = None
+    ) -> DecisionAck:
+        """Answer a tool's question (the validated ``respond`` update).
+
+        Raises:
+            RequestRejected: the id is unknown, no longer pending or not a question, or the
+                responder is not allowed; nothing was written to the session's history.
+        """
+        update = Response(interrupt_id=interrupt_id, value=value, responder=responder)
+        return await _answer(
+            session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
         )
 
     async def steer(self, session_id: str, text: str) -> SteerAck:

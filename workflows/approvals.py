@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workflows.boundary import InputRejected
-from workflows.contracts import Decision, Interrupt, SessionConfig, ToolSpec
+from workflows.contracts import Decision, Interrupt, Response, SessionConfig, ToolSpec
 
 
 def needs_approval(spec: ToolSpec, config: SessionConfig) -> bool:
-    """Whether a tool use must wait for a human before it runs."""
+    """Whether a tool must wait for a human before it runs (declared, or named by the session)."""
     return spec.requires_approval or spec.name in config.approval_tools
 
 
@@ -33,31 +33,61 @@ def check_decision(
         InputRejected: the id is unknown or no longer pending, or the approver is not
             allowed.
     """
-    interrupt = interrupts.get(decision.interrupt_id)
+    interrupt = _pending(interrupts, decision.interrupt_id)
+    if interrupt.kind != "approval":
+        raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
+    _check_person(config, decision.approver, "decision")
+    return interrupt
+
+
+def check_response(
+    interrupts: Mapping[str, Interrupt], response: Response, config: SessionConfig
+) -> Interrupt:
+    """The pending question a response answers, or why the response is refused.
+
+    Raises:
+        InputRejected: the id is unknown or no longer pending, names an approval, or the
+            responder is not allowed.
+    """
+    interrupt = _pending(interrupts, response.interrupt_id)
+    if interrupt.kind != "question":
+        raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
+    _check_person(config, response.responder, "response")
+    return interrupt
+
+
+def _pending(interrupts: Mapping[str, Interrupt], interrupt_id: str) -> Interrupt:
+    interrupt = interrupts.get(interrupt_id)
     if interrupt is None:
         waiting = [i.id for i in interrupts.values() if i.status == "pending"]
         hint = f"; pending: {', '.join(waiting)}" if waiting else "; nothing is pending"
-        raise InputRejected(f"unknown interrupt id {decision.interrupt_id!r}{hint}")
+        raise InputRejected(f"unknown interrupt id {interrupt_id!r}{hint}")
     if interrupt.status != "pending":
         raise InputRejected(
             f"interrupt {interrupt.id!r} is no longer pending: it was {interrupt.status}"
         )
-    if interrupt.kind != "approval":
-        raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
-    if config.approvers:
-        if not decision.approver:
-            raise InputRejected("this session names its approvers; the decision names none")
-        if decision.approver not in config.approvers:
-            raise InputRejected(f"{decision.approver!r} is not an approver of this session")
     return interrupt
+
+
+def _check_person(config: SessionConfig, who: str | None, what: str) -> None:
+    if config.approvers:
+        if not who:
+            raise InputRejected(f"this session names its approvers; the {what} names none")
+        if who not in config.approvers:
+            raise InputRejected(f"{who!r} is not an approver of this session")
 
 
 def denial_text(interrupt: Interrupt) -> str:
     """The error toolResult text the model sees for a denied or timed-out tool use."""
     who = f" by {interrupt.decided_by}" if interrupt.decided_by else ""
     why = interrupt.decision_reason or "no reason given"
-    if interrupt.status == "timed_out":
+    if interrupt.status == "timed_out" and interrupt.kind == "approval":
         return f"tool use {interrupt.name!r} was not approved in time and did not run: {why}"
+    tool = interrupt.tool_use.name
+    if interrupt.kind == "question":
+        if interrupt.status == "timed_out":
+            return f"tool {tool!r} asked {interrupt.name!r} and got no answer in time: {why}"
+        return f"tool {tool!r} asked {interrupt.name!r} and got no answer: {why}"
     if interrupt.status == "cancelled":
-        return f"tool use {interrupt.name!r} did not run: {why}"
-    return f"tool use {interrupt.name!r} was denied{who} and did not run: {why}"
+        return f"tool use {tool!r} did not run: {why}"
+    return f"tool use {tool!r} was denied{who} and did not run: {why}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.approvals import check_decision
+    from workflows.approvals import check_decision, check_response
     from workflows.boundary import InputRejected, validate_prompt
     from workflows.contracts import (
         CancelAck,
@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         PendingView,
         PromptAck,
         PromptInput,
+        Response,
         SessionConfig,
         SessionState,
         StateQuery,
@@ -52,8 +53,8 @@ class Queued:
 class SessionHandlers:
     """The session's handlers.
 
-    Updates ``prompt``, ``decide``, ``steer``, ``cancel``; signals ``decide``, ``close``;
-    queries ``state``, ``pending``, ``turn``.
+    Updates ``prompt``, ``decide``, ``respond``, ``steer``, ``cancel``; signals ``decide``,
+    ``respond``, ``close``; queries ``state``, ``pending``, ``turn``.
     """
 
     _config: SessionConfig
@@ -119,6 +120,33 @@ class SessionHandlers:
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
         self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason)
+
+    @workflow.update
+    def respond(self, input: Response) -> DecisionAck:
+        """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it."""
+        interrupt = check_response(self._ledger.interrupts, input, self._config)
+        self._apply_response(interrupt, input)
+        return DecisionAck(
+            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        )
+
+    @respond.validator
+    def _validate_respond(self, input: Response) -> None:
+        check_response(self._ledger.interrupts, input, self._config)
+
+    @workflow.signal(name="respond")
+    def respond_signal(self, input: Response) -> None:
+        """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
+        try:
+            interrupt = check_response(self._ledger.interrupts, input, self._config)
+        except InputRejected as err:
+            workflow.logger.warning("ignored respond signal: %s", err)
+            return
+        self._apply_response(interrupt, input)
+
+    def _apply_response(self, interrupt: Interrupt, response: Response) -> None:
+        interrupt.response = response.value
+        self._ledger.close_interrupt(interrupt, "answered", response.responder)
 
     @workflow.update
     def steer(self, input: SteerInput) -> SteerAck:

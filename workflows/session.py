@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         DescribeToolsInput,
         DescribeToolsResult,
         Interrupt,
+        InterruptKind,
         ModelRequest,
         ModelResponse,
         PendingCycle,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         results_message,
     )
     from workflows.handlers import Queued, SessionHandlers
+    from workflows.hooks import judge
     from workflows.ledger import Ledger
     from workflows.messages import (
         ContentBlock,
@@ -392,29 +394,28 @@ class AgentSession(SessionHandlers):
         self._ledger.append(record, Message(role="user", content=content))
 
     async def _resolve_tool(self, record: TurnRecord, pending: PendingCycle, use: ToolUse) -> None:
-        """Produce one tool use's result: run it, or say why it did not run."""
+        """Produce one tool use's result: run it, or say why it did not run.
+
+        The order of gates: the tool must exist, the turn must not be cancelled, the
+        session's policy must not deny it, and a human must approve it when the tool, the
+        session or the policy asks for that. A tool that asks a question is run again with
+        the answer, as often as it asks.
+        """
         spec = next((t for t in self._tools or [] if t.name == use.name), None)
+        verdict = judge(self._config.policy, use)
         if spec is None:
             known = ", ".join(t.name for t in self._tools or []) or "none"
             result = _error(use, f"unknown tool {use.name!r}; this session has: {known}")
         elif self._cancel_reason is not None:
             result = _error(use, f"tool was not run: {self._cancel_reason}")
-        elif (
-            needs_approval(spec, self._config)
-            and (refused := await self._approval(record, use)).status != "approved"
-        ):
+        elif verdict.action == "deny":
+            result = _error(use, f"tool use denied by the session's policy: {verdict.reason}")
+        elif (needs_approval(spec, self._config) or verdict.action == "approve") and (
+            refused := await self._approval(record, use, verdict.reason)
+        ).status != "approved":
             result = _error(use, denial_text(refused))
         else:
-            self._ledger.emit(
-                "tool_started",
-                turn=record.turn_id,
-                cycle=pending.cycle,
-                tool=use.name,
-                id=use.toolUseId,
-            )
-            result, digest = await self._execute_tool(use, spec)
-            if digest is not None:
-                pending.digests[use.toolUseId] = digest
+            result = await self._run_until_answered(record, pending, use, spec)
         pending.results[use.toolUseId] = result
         self._pending.running = [u for u in self._pending.running if u.toolUseId != use.toolUseId]
         self._ledger.emit(
@@ -426,29 +427,84 @@ class AgentSession(SessionHandlers):
             status=result.status,
         )
 
-    async def _approval(self, record: TurnRecord, use: ToolUse) -> Interrupt:
-        """Park the tool use behind an interrupt until a human decides (S4).
+    async def _run_until_answered(
+        self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
+    ) -> ToolResult:
+        """Run a tool; while it asks questions, wait for each answer and run it again."""
+        answers = pending.answers.setdefault(use.toolUseId, {})
+        while True:
+            question = self._open_interrupt_of(use, "question")
+            if question is None:  # nothing carried over from the previous run: run the tool
+                self._ledger.emit(
+                    "tool_started",
+                    turn=record.turn_id,
+                    cycle=pending.cycle,
+                    tool=use.name,
+                    id=use.toolUseId,
+                )
+                response = await self._execute_tool(use, spec, answers)
+                if response.result is not None:
+                    if response.digest is not None:
+                        pending.digests[use.toolUseId] = response.digest
+                    return response.result
+                assert response.question is not None
+                question = self._open_interrupt(
+                    record,
+                    use,
+                    kind="question",
+                    name=response.question.name,
+                    reason=response.question.reason or f"tool {use.name!r} asks a question",
+                )
+            await self._wait_for_human(question)
+            if question.status != "answered":
+                return _error(use, denial_text(question))
+            answers[question.name] = question.response
+
+    def _open_interrupt_of(self, use: ToolUse, kind: str) -> Interrupt | None:
+        """The latest interrupt of a kind for a tool use, unless already acted on."""
+        for interrupt in reversed(self._ledger.interrupts.values()):
+            if interrupt.tool_use.toolUseId == use.toolUseId and interrupt.kind == kind:
+                if kind == "question" and interrupt.status == "answered":
+                    return None  # its answer is in the pending cycle's answers
+                return interrupt
+        return None
+
+    def _open_interrupt(
+        self, record: TurnRecord, use: ToolUse, *, kind: InterruptKind, name: str, reason: str
+    ) -> Interrupt:
+        timeout_s = self._config.approval_timeout_s
+        expires = workflow.now() + timedelta(seconds=timeout_s) if timeout_s else None
+        interrupt = Interrupt(
+            id=str(workflow.uuid4()),
+            kind=kind,
+            tool_use=use,
+            name=name,
+            reason=reason,
+            turn=record.turn_id,
+            expires_at=expires.isoformat() if expires else None,
+        )
+        self._ledger.open_interrupt(record, interrupt)
+        return interrupt
+
+    async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:
+        """Park the tool use behind an approval interrupt until a human decides (S4).
 
         An interrupt carried over from the previous run is waited on (or acted on, if it was
         decided during the switch) rather than created again.
         """
-        interrupt = next(
-            (i for i in self._ledger.interrupts.values() if i.tool_use.toolUseId == use.toolUseId),
-            None,
+        interrupt = self._open_interrupt_of(use, "approval") or self._open_interrupt(
+            record,
+            use,
+            kind="approval",
+            name=use.name,
+            reason=why or f"tool {use.name!r} requires approval",
         )
-        timeout_s = self._config.approval_timeout_s
-        if interrupt is None:
-            expires = workflow.now() + timedelta(seconds=timeout_s) if timeout_s else None
-            interrupt = Interrupt(
-                id=str(workflow.uuid4()),
-                tool_use=use,
-                name=use.name,
-                reason=f"tool {use.name!r} requires approval",
-                turn=record.turn_id,
-                expires_at=expires.isoformat() if expires else None,
-            )
-            self._ledger.open_interrupt(record, interrupt)
-        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
+        await self._wait_for_human(interrupt)
+        return interrupt
+
+    async def _wait_for_human(self, interrupt: Interrupt) -> None:
+        """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
+        self._pending.interrupts = self._ledger.pending_interrupts(interrupt.turn)
         if interrupt.status == "pending":
             remaining = None
             if interrupt.expires_at is not None:
@@ -458,18 +514,20 @@ class AgentSession(SessionHandlers):
                 await workflow.wait_condition(
                     lambda: interrupt.status != "pending" or self._cancel_reason is not None,
                     timeout=remaining,
-                    timeout_summary=f"approval timeout for {use.name}",
+                    timeout_summary=f"{interrupt.kind} timeout for {interrupt.tool_use.name}",
                 )
             except TimeoutError:
+                timeout_s = self._config.approval_timeout_s or 0
                 self._ledger.close_interrupt(
                     interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
                 )
             if interrupt.status == "pending":  # the turn was cancelled while it waited
                 self._ledger.close_interrupt(interrupt, "cancelled", reason=self._cancel_reason)
-        self._pending.interrupts = self._ledger.pending_interrupts(record.turn_id)
-        return interrupt
+        self._pending.interrupts = self._ledger.pending_interrupts(interrupt.turn)
 
-    async def _execute_tool(self, use: ToolUse, spec: ToolSpec) -> tuple[ToolResult, str | None]:
+    async def _execute_tool(
+        self, use: ToolUse, spec: ToolSpec, answers: dict[str, Any]
+    ) -> ToolResponse:
         session_id = workflow.info().workflow_id
         handle = workflow.start_activity(
             TOOL_ACTIVITY,
@@ -478,6 +536,7 @@ class AgentSession(SessionHandlers):
                 tool_use=use,
                 idempotency_key=f"{session_id}/{use.toolUseId}",
                 timeout_s=spec.timeout_s,
+                answers=answers,
             ),
             result_type=ToolResponse,
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
@@ -488,11 +547,13 @@ class AgentSession(SessionHandlers):
         self._tool_calls[use.toolUseId] = handle
         try:
             response: ToolResponse = await handle
-            return response.result, response.digest
+            return response
         except ActivityError as err:
             if self._cancel_reason is not None:
-                return _error(use, f"tool was cancelled: {self._cancel_reason}"), None
-            return _error(use, f"tool {use.name!r} failed: {_failure_text(err)}"), None
+                text = f"tool was cancelled: {self._cancel_reason}"
+            else:
+                text = f"tool {use.name!r} failed: {_failure_text(err)}"
+            return ToolResponse(result=_error(use, text))
         finally:
             del self._tool_calls[use.toolUseId]
 

@@ -44,6 +44,9 @@ SAMPLE_TOOLS = {
     "record",
     "guarded_record",
     "big",
+    "pick_account",
+    "confirm_twice",
+    "transfer",
 }
 
 
