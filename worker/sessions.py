@@ -1,146 +1,64 @@
-"""The Python API for clients: start sessions, send prompts, wait for turns, inspect."""
+"""The Python API for clients: start sessions, send prompts, decide, wait for turns.
+
+``KeelClient`` is the one class to use; its reading half (state, events, listings) lives in
+``worker.session_reads``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal
 
-from temporalio.client import (
-    Client,
-    WithStartWorkflowOperation,
-    WorkflowExecution,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store import ConversationStore, StoreError
+from worker.session_reads import (
+    ENDED,
+    POLL_MAX_S,
+    POLL_START_S,
+    SETTLED,
+    ModelStream,
+    RequestRejected,
+    SessionNotFound,
+    SessionReader,
+    SessionSummary,
+    call_session,
+)
 from workflows.contracts import (
     CancelAck,
     CancelInput,
     CloseInput,
     Decision,
     DecisionAck,
-    Event,
-    PendingView,
     PromptAck,
     PromptInput,
     Response,
     SessionConfig,
     SessionInput,
-    SessionState,
-    StateQuery,
     SteerAck,
     SteerInput,
     TurnRecord,
 )
 from workflows.messages import ContentBlock, Message, text_block
-from workflows.policies import MODEL_ACTIVITY
 from workflows.session import AgentSession
 
-logger = logging.getLogger(__name__)
-
-# A turn in one of these states is over.
-ENDED = frozenset({"completed", "failed", "cancelled"})
-# A turn in one of these states waits for nobody but a human, or is over.
-SETTLED = ENDED | {"interrupted"}
-POLL_START_S = 0.05
-POLL_MAX_S = 0.5
-# How often a follower checks, while nothing happens, whether the workflow still runs.
-LIVENESS_EVERY_S = 5.0
-# A query of a follower that takes longer is given up and retried on the next poll.
-FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-class RequestRejected(Exception):
-    """The session refused a request (invalid prompt, nothing to cancel ...), with why."""
-
-
-class SessionNotFound(Exception):
-    """No session with that id exists."""
-
-
-@dataclass(frozen=True)
-class ModelStream:
-    """What a running model call has streamed so far, from its last heartbeat.
-
-    Attributes:
-        activity_id: the model activity's id; a new id is a new model call.
-        attempt: the activity attempt; a retry streams again from the start.
-        text_chars: characters of text streamed so far by this attempt.
-        text: the tail of that text (the model activity keeps the last 4000 characters).
-    """
-
-    activity_id: str
-    attempt: int
-    text_chars: int
-    text: str
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    """One line of ``keel sessions``.
-
-    Attributes:
-        session: the session (workflow) id.
-        workflow_status: Temporal's status, lower case: running, completed, failed,
-            terminated, canceled, timed_out or continued_as_new.
-        started_at: when the workflow started.
-        closed_at: when the workflow closed, if it has.
-        status: Keel's status (idle, running, closing, closed) of a running session; None
-            when the session is not running or did not answer in time.
-        pending_approvals: interrupts waiting for a decision; None when unknown.
-        last_activity: the ``at`` of the session's last event, else its close or start time.
-    """
-
-    session: str
-    workflow_status: str
-    started_at: datetime | None
-    closed_at: datetime | None
-    status: str | None
-    pending_approvals: int | None
-    last_activity: datetime | None
+__all__ = [
+    "ENDED",
+    "SETTLED",
+    "KeelClient",
+    "ModelStream",
+    "RequestRejected",
+    "SessionNotFound",
+    "SessionSummary",
+]
 
 
 def _content(prompt: str | Sequence[ContentBlock]) -> list[ContentBlock]:
     return [text_block(prompt)] if isinstance(prompt, str) else list(prompt)
 
 
-T = TypeVar("T")
-
-
-async def _answer(session_id: str, call: Awaitable[T]) -> T:
-    """Await a call to a session, turning Temporal's errors into Keel's."""
-    try:
-        return await call
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        raise RequestRejected(getattr(cause, "message", None) or str(cause or err)) from err
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise SessionNotFound(f"no session {session_id!r}") from err
-        raise
-
-
-async def _answer_iter(session_id: str, events: AsyncIterator[T]) -> AsyncIterator[T]:
-    try:
-        async for event in events:
-            yield event
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise SessionNotFound(f"no session {session_id!r}") from err
-        raise
-
-
-class KeelClient:
+class KeelClient(SessionReader):
     """Talks to ``AgentSession`` workflows on one task queue.
 
     Example:
@@ -148,52 +66,6 @@ class KeelClient:
         >>> ack = await keel.prompt("s1", "hello", config=SessionConfig(model="scripted:x.json"))
         >>> record = await keel.wait_turn("s1", ack.turn_id)
     """
-
-    def __init__(
-        self, client: Client, task_queue: str, store: ConversationStore | None = None
-    ) -> None:
-        """Wrap a client made by ``worker.assembly.connect``.
-
-        Args:
-            client: the Temporal client.
-            task_queue: the workers' task queue.
-            store: the workers' conversation store, to read messages of earlier runs (after
-                continue-as-new) for ``state``; without it, ``state`` of such a session fails.
-        """
-        self.client = client
-        self.task_queue = task_queue
-        self.store = store
-
-    def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
-        """The workflow handle of a session."""
-        return self.client.get_workflow_handle_for(AgentSession.run, session_id)
-
-    async def exists(self, session_id: str) -> bool:
-        """Whether a session with this id exists (running or not)."""
-        try:
-            await self.client.get_workflow_handle(session_id).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return False
-            raise
-        return True
-
-    async def config(self, session_id: str) -> SessionConfig:
-        """The configuration a session was started with, read from its history.
-
-        Needs no worker, unlike a query.
-
-        Raises:
-            SessionNotFound: no such session.
-        """
-        events = self.client.get_workflow_handle(session_id).fetch_history_events()
-        async for event in _answer_iter(session_id, events):
-            if event.HasField("workflow_execution_started_event_attributes"):
-                payloads = event.workflow_execution_started_event_attributes.input.payloads
-                [start] = await self.client.data_converter.decode(payloads, [SessionInput])
-                assert isinstance(start, SessionInput)
-                return start.config
-        raise SessionNotFound(f"session {session_id!r} has no start event")
 
     async def prompt(
         self,
@@ -217,7 +89,7 @@ class KeelClient:
         """
         update = PromptInput(content=_content(prompt))
         if config is None:
-            return await _answer(
+            return await call_session(
                 session_id, self.handle(session_id).execute_update(AgentSession.prompt, update)
             )
         start = WithStartWorkflowOperation(
@@ -227,16 +99,12 @@ class KeelClient:
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        return await _answer(
+        return await call_session(
             session_id,
             self.client.execute_update_with_start_workflow(
                 AgentSession.prompt, update, start_workflow_operation=start
             ),
         )
-
-    async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
-        """One turn's current record."""
-        return await _answer(session_id, self.handle(session_id).query(AgentSession.turn, turn_id))
 
     async def wait_turn(
         self,
@@ -286,30 +154,6 @@ class KeelClient:
         ack = await self.prompt(session_id, prompt, config=config, messages=messages)
         return await self.wait_turn(session_id, ack.turn_id, timeout_s=timeout_s)
 
-    async def state(
-        self, session_id: str, *, events_since: int = 0, include_messages: bool = True
-    ) -> SessionState:
-        """The session's conversation (one list across runs), turns, usage and events.
-
-        Raises:
-            StoreError: a message of an earlier run cannot be read from the store.
-        """
-        query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state = await _answer(session_id, self.handle(session_id).query(AgentSession.state, query))
-        if include_messages and state.base is not None:
-            if self.store is None:
-                raise StoreError(
-                    f"session {session_id!r} keeps {state.base.count} earlier messages in the "
-                    "conversation store; give KeelClient the store (KEEL_STORE) to read them"
-                )
-            earlier = await asyncio.to_thread(self.store.load, state.base)
-            state = state.model_copy(update={"messages": [*earlier, *state.messages], "base": None})
-        return state
-
-    async def pending(self, session_id: str) -> PendingView:
-        """What the running turn holds outside the conversation."""
-        return await _answer(session_id, self.handle(session_id).query(AgentSession.pending))
-
     async def cancel(self, session_id: str, reason: str = "cancelled by user") -> CancelAck:
         """Cancel the running turn.
 
@@ -317,7 +161,7 @@ class KeelClient:
             RequestRejected: no turn is running.
         """
         update = CancelInput(reason=reason)
-        return await _answer(
+        return await call_session(
             session_id, self.handle(session_id).execute_update(AgentSession.cancel, update)
         )
 
@@ -339,7 +183,7 @@ class KeelClient:
         update = Decision(
             interrupt_id=interrupt_id, decision=decision, reason=reason, approver=approver
         )
-        return await _answer(
+        return await call_session(
             session_id, self.handle(session_id).execute_update(AgentSession.decide, update)
         )
 
@@ -353,7 +197,7 @@ class KeelClient:
                 responder is not allowed; nothing was written to the session's history.
         """
         update = Response(interrupt_id=interrupt_id, value=value, responder=responder)
-        return await _answer(
+        return await call_session(
             session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
         )
 
@@ -364,212 +208,13 @@ class KeelClient:
             RequestRejected: no turn is running, or the text is empty.
         """
         update = SteerInput(text=text)
-        return await _answer(
+        return await call_session(
             session_id, self.handle(session_id).execute_update(AgentSession.steer, update)
         )
 
     async def close(self, session_id: str, reason: str = "closed by user") -> None:
         """Ask the session to finish its queued turns and end."""
-        await _answer(
+        await call_session(
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
         )
-
-    async def event_count(self, session_id: str) -> int:
-        """How many events the session's log holds; the ``since`` to follow only new ones."""
-        state = await self.state(session_id, events_since=sys.maxsize, include_messages=False)
-        return state.event_count
-
-    async def snapshots(
-        self,
-        session_id: str,
-        since: int = 0,
-        *,
-        poll_s: float = 0.2,
-        stop: Callable[[SessionState], bool] | None = None,
-    ) -> AsyncIterator[SessionState]:
-        """Follow a session: its state (without messages) every ``poll_s`` seconds.
-
-        Each state yielded carries in ``events`` only the events not yielded before, in
-        order (possibly none). Polls the ``state`` query, which writes nothing to history.
-        Ends after yielding a state for which ``stop`` returns True, once the session is
-        closed, or once its workflow no longer runs. A query that fails on the way (a
-        worker restarting, the server busy) is retried on the next poll.
-
-        Args:
-            session_id: the session.
-            since: the number of events already seen; 0 follows the log from its start.
-            poll_s: seconds between polls.
-            stop: called with every state yielded; True ends the iteration.
-
-        Raises:
-            SessionNotFound: no such session.
-        """
-        handle = self.handle(session_id)
-        loop = asyncio.get_running_loop()
-        quiet_since = loop.time()
-        failing = False
-        while True:
-            query = StateQuery(events_since=since, include_messages=False)
-            try:
-                state = await _answer(
-                    session_id,
-                    handle.query(AgentSession.state, query, rpc_timeout=FOLLOW_QUERY_TIMEOUT),
-                )
-            except (RPCError, WorkflowQueryFailedError) as err:
-                if not failing:
-                    logger.warning("session %s does not answer (retrying): %s", session_id, err)
-                failing = True
-            else:
-                failing = False
-                # A log shorter than what was seen means the caller's ``since`` was too far.
-                since = max(since, state.event_count)
-                if state.events:
-                    quiet_since = loop.time()
-                yield state
-                if state.status == "closed" or (stop is not None and stop(state)):
-                    return
-            if loop.time() - quiet_since >= LIVENESS_EVERY_S:
-                quiet_since = loop.time()
-                if not await self._running(session_id):
-                    return
-            await asyncio.sleep(poll_s)
-
-    async def events(
-        self,
-        session_id: str,
-        since: int = 0,
-        *,
-        poll_s: float = 0.2,
-        stop: Callable[[SessionState], bool] | None = None,
-    ) -> AsyncIterator[Event]:
-        """Follow a session's event log: yields new events in order as they happen.
-
-        Example:
-            >>> async for event in keel.events("s1", stop=lambda s: s.status == "idle"):
-            ...     print(event.seq, event.type, event.detail)
-
-        Args:
-            session_id: the session.
-            since: the number of events already seen (yields events ``since + 1`` on).
-            poll_s: seconds between polls of the ``state`` query.
-            stop: called with the session's state after each poll's events are yielded;
-                True ends the iteration. Without it, iteration ends when the session closes
-                or its workflow stops running.
-
-        Raises:
-            SessionNotFound: no such session.
-        """
-        async for state in self.snapshots(session_id, since, poll_s=poll_s, stop=stop):
-            for event in state.events:
-                yield event
-
-    async def model_stream(self, session_id: str) -> ModelStream | None:
-        """The text the session's running model call has streamed so far.
-
-        Read from the model activity's last heartbeat (``describe``; nothing is written to
-        history). None when no model call runs. A call that has not heartbeated yet
-        reports no text.
-
-        Raises:
-            SessionNotFound: no such session.
-        """
-        handle = self.client.get_workflow_handle(session_id)
-        description = await _answer(session_id, handle.describe())
-        for pending in description.raw_description.pending_activities:
-            if pending.activity_type.name != MODEL_ACTIVITY:
-                continue
-            details: dict[str, Any] = {}
-            payloads = pending.heartbeat_details.payloads
-            if payloads:
-                decoded = await self.client.data_converter.decode(payloads)
-                if decoded and isinstance(decoded[0], dict):
-                    details = decoded[0]
-            return ModelStream(
-                activity_id=pending.activity_id,
-                attempt=pending.attempt,
-                text_chars=int(details.get("text_chars") or 0),
-                text=str(details.get("text") or ""),
-            )
-        return None
-
-    async def streamed_text(self, session_id: str) -> tuple[int, str] | None:
-        """``(text_chars, text tail)`` of the running model call; None when none runs.
-
-        See ``model_stream``.
-        """
-        stream = await self.model_stream(session_id)
-        return None if stream is None else (stream.text_chars, stream.text)
-
-    async def list_sessions(
-        self, *, limit: int = 50, query_timeout_s: float = 2.0
-    ) -> list[SessionSummary]:
-        """Sessions on this client's task queue, newest first, from Temporal visibility.
-
-        Running sessions are asked for their state (without messages), all at once, each
-        with ``query_timeout_s``; one that does not answer in time (no worker, say) is
-        listed with an unknown status. Visibility is eventually consistent: a session
-        started a moment ago may be missing.
-
-        Args:
-            limit: at most this many sessions.
-            query_timeout_s: how long to wait for each running session's answer.
-        """
-        query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.task_queue}"'
-        executions = [e async for e in self.client.list_workflows(query, limit=limit)]
-        executions.sort(key=lambda e: e.start_time, reverse=True)
-        timeout = timedelta(seconds=query_timeout_s)
-        return list(await asyncio.gather(*(self._summary(e, timeout) for e in executions)))
-
-    async def _summary(self, execution: WorkflowExecution, timeout: timedelta) -> SessionSummary:
-        status = execution.status
-        summary = SessionSummary(
-            session=execution.id,
-            workflow_status=status.name.lower() if status is not None else "unknown",
-            started_at=execution.start_time,
-            closed_at=execution.close_time,
-            status=None,
-            pending_approvals=0 if status != WorkflowExecutionStatus.RUNNING else None,
-            last_activity=execution.close_time or execution.start_time,
-        )
-        if status != WorkflowExecutionStatus.RUNNING:
-            return summary
-        handle = self.handle(execution.id)
-        try:
-            state = await handle.query(
-                AgentSession.state,
-                StateQuery(events_since=sys.maxsize, include_messages=False),
-                rpc_timeout=timeout,
-            )
-            last = state.event_count - 1
-            if last >= 0:
-                tail = StateQuery(events_since=last, include_messages=False)
-                state = await handle.query(AgentSession.state, tail, rpc_timeout=timeout)
-        except Exception as err:  # no worker, a slow one, a failing workflow task: unknown
-            logger.info("session %s did not answer: %s", execution.id, err)
-            return summary
-        last_at = _parse_time(state.events[-1].at) if state.events else None
-        return SessionSummary(
-            session=summary.session,
-            workflow_status=summary.workflow_status,
-            started_at=summary.started_at,
-            closed_at=summary.closed_at,
-            status=state.status,
-            pending_approvals=len(state.pending.interrupts),
-            last_activity=last_at or summary.last_activity,
-        )
-
-    async def _running(self, session_id: str) -> bool:
-        try:
-            description = await self.client.get_workflow_handle(session_id).describe()
-        except RPCError as err:
-            logger.info("cannot describe session %s: %s", session_id, err)
-            return True
-        return description.status == WorkflowExecutionStatus.RUNNING
-
-
-def _parse_time(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None

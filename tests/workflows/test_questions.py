@@ -83,8 +83,8 @@ async def test_two_tools_one_asking_only_the_asking_one_runs_again(
         await keel.respond(session, asked.interrupts[0].id, {"id": 7, "name": "checking"})
         await keel.wait_turn(session, ack.turn_id, timeout_s=30)
         state = await keel.state(session)
-    assert free.read_text() == "once\n"  # the finished tool was not run again
-    assert len(runs.read_text().splitlines()) == 2
+    assert free.read_text() == "once\n", state.events  # the finished tool was not run again
+    assert len(runs.read_text().splitlines()) == 2, (runs.read_text(), state.events)
     assert result_texts(state.messages[2]) == [
         ("r1", "success", "recorded once"),
         ("p1", "success", "using {'id': 7, 'name': 'checking'}"),
