@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 import sysconfig
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,18 +35,69 @@ def test_ci_runs_the_readme_test_command() -> None:
         assert part in ci, f"CI does not run {part!r} from README"
 
 
+def on_a_terminal(command: str, env: dict[str, str], answers: dict[str, str]) -> tuple[int, str]:
+    """Run a shell command with a pseudo-terminal as its stdin, stdout and stderr.
+
+    Args:
+        command: the shell command.
+        env: its environment.
+        answers: prompt text -> what a person types when it appears.
+    """
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        command, shell=True, cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    output, pending = "", dict(answers)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk.decode(errors="replace")
+        for prompt in [p for p in pending if p in output]:
+            os.write(master, pending.pop(prompt).encode())
+        if proc.poll() is not None and not ready:
+            break
+    os.close(master)
+    return proc.wait(timeout=30), output
+
+
 def test_readme_demo_command_runs_on_embedded_defaults(tmp_path: Path) -> None:
     install, _, run = quickstart("demo").partition(" && ")
     assert install.startswith("python3 -m pip install -e .")
     env = user_env(tmp_path / "home")
-    done = subprocess.run(
-        run, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "hello.txt" in done.stdout
-    written = tmp_path / "home" / "workspace" / "hello.txt"
-    assert written.read_text() == "Hello from a durable Keel agent.\n"
+    code, output = on_a_terminal(run, env, {"approve? [y/N] ": "y\n"})
+    assert code == 0, output
+    assert "model call 1 -> tool_use" in output  # progress, as it happens
+    assert "delete_file" in output and "Done: hello.txt" in output
+    workspace = tmp_path / "home" / "workspace"
+    assert (workspace / "hello.txt").read_text() == "Hello from a durable Keel agent.\n"
+    assert not (workspace / "draft.txt").exists()  # approved, so deleted
     assert (tmp_path / "home" / "temporal.db").exists()
+
+
+def test_readme_demo_without_a_terminal_waits_for_approval(tmp_path: Path) -> None:
+    _, _, run = quickstart("demo").partition(" && ")
+    env = user_env(tmp_path / "home")
+    done = subprocess.run(
+        run,
+        shell=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "keel approve" in done.stdout
+    assert (tmp_path / "home" / "workspace" / "draft.txt").exists()
 
 
 def test_readme_approval_example_runs(tmp_path: Path) -> None:
