@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -105,27 +105,32 @@ def model_log(
     return _read
 
 
-async def save_history(client: Client, session_id: str, name: str) -> None:
-    """Record every run of a session under tests/histories when KEEL_RECORD_HISTORIES=1."""
-    if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
-        return
-    HISTORIES.mkdir(exist_ok=True)
+async def run_histories(client: Client, session_id: str) -> list[WorkflowHistory]:
+    """Every run's history of a session, first to last, following continue-as-new."""
     info = (await client.get_workflow_handle(session_id).describe()).raw_description
-    run_id = (
-        info.workflow_execution_info.first_run_id or info.workflow_execution_info.execution.run_id
-    )
-    number = 1
+    execution = info.workflow_execution_info
+    run_id = execution.first_run_id or execution.execution.run_id
+    histories = []
     while run_id:
         history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
-        suffix = "" if number == 1 else f"-run{number}"
-        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
+        histories.append(history)
         last = history.events[-1]
         run_id = (
             last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
             if last.HasField("workflow_execution_continued_as_new_event_attributes")
             else ""
         )
-        number += 1
+    return histories
+
+
+async def save_history(client: Client, session_id: str, name: str) -> None:
+    """Record every run of a session under tests/histories when KEEL_RECORD_HISTORIES=1."""
+    if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
+        return
+    HISTORIES.mkdir(exist_ok=True)
+    for number, history in enumerate(await run_histories(client, session_id), start=1):
+        suffix = "" if number == 1 else f"-run{number}"
+        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
 
 
 def tool_use(use_id: str, name: str, **inputs: Any) -> dict[str, Any]:

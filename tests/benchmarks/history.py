@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
 from activities.store.base import canonical_json
+from tests.conftest import run_histories
 from worker.assembly import build_worker
 from worker.devserver import find_temporal_cli
 from worker.sessions import KeelClient
@@ -33,22 +34,9 @@ RESULT_BYTES = 2048
 
 async def history_of(client: Client, session: str) -> tuple[int, int, int]:
     """Protobuf bytes and events of every run of a session, and how many runs."""
-    handle = client.get_workflow_handle(session)
-    info = (await handle.describe()).raw_description.workflow_execution_info
-    run = info.first_run_id or info.execution.run_id
-    size = events = runs = 0
-    while run:
-        history = await client.get_workflow_handle(session, run_id=run).fetch_history()
-        size += sum(e.ByteSize() for e in history.events)
-        events += len(history.events)
-        runs += 1
-        last = history.events[-1]
-        run = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
-    return size, events, runs
+    runs = await run_histories(client, session)
+    events = [e for h in runs for e in h.events]
+    return sum(e.ByteSize() for e in events), len(events), len(runs)
 
 
 def script(path: Path, cycles: int) -> str:

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.store import StoreMissing, open_store
 from activities.store import s3 as s3_backend
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, respond, run_histories, text, tool_use
 from tests.worker.conftest import ROOT, keel_env, write_script
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
@@ -118,22 +118,10 @@ async def test_two_worker_processes_share_the_s3_store(
     keys = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/msg/")
     assert keys["KeyCount"] >= 2 * cycles + 1
     # both workers took part: activity-started events name the worker that ran each one
-    identities = set()
-    handle = temporal_env.client.get_workflow_handle(session)
-    run = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
-    while run:
-        events = (
-            await temporal_env.client.get_workflow_handle(session, run_id=run).fetch_history()
-        ).events
-        identities |= {
-            e.activity_task_started_event_attributes.identity
-            for e in events
-            if e.HasField("activity_task_started_event_attributes")
-        }
-        last = events[-1]
-        run = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
+    identities = {
+        e.activity_task_started_event_attributes.identity
+        for history in await run_histories(temporal_env.client, session)
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    }
     assert len(identities) == 2, identities

@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from activities.store import ConversationStore, open_store
 from activities.store.base import canonical_json
-from tests.conftest import SAMPLE_TOOLS, respond, save_history, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, respond, run_histories, save_history, text, tool_use
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
 from worker.sessions import KeelClient, RequestRejected
@@ -26,22 +26,8 @@ def sid() -> str:
 
 async def history_bytes(client: Client, session: str) -> tuple[int, int]:
     """Protobuf bytes of every event of every run of a session, and the number of runs."""
-    handle = client.get_workflow_handle(session)
-    run_id = (await handle.describe()).raw_description.workflow_execution_info
-    first = run_id.first_run_id or run_id.execution.run_id
-    total, runs, current = 0, 0, first
-    while current:
-        history = await client.get_workflow_handle(session, run_id=current).fetch_history()
-        total += sum(e.ByteSize() for e in history.events)
-        runs += 1
-        last = history.events[-1]
-        attrs = last.workflow_execution_continued_as_new_event_attributes
-        current = (
-            attrs.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
-    return total, runs
+    runs = await run_histories(client, session)
+    return sum(e.ByteSize() for h in runs for e in h.events), len(runs)
 
 
 def conversation_bytes(messages: list[Message]) -> int:
