@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.runtime import Runtime
+from temporalio.service import TLSConfig
+from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities, describe_tools
 from activities.tools import load_tool_modules
+from worker.interceptors import KeelInterceptor
 from worker.settings import Settings
 from workflows.session import AgentSession
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 # Pure modules shared with the sandbox instead of re-imported for every workflow run.
 PASSTHROUGH_MODULES = (
@@ -35,10 +41,33 @@ PASSTHROUGH_MODULES = (
 )
 
 
-async def connect(address: str, namespace: str) -> Client:
-    """A Temporal client that speaks Keel's pydantic payloads."""
+async def connect(
+    address: str,
+    namespace: str,
+    *,
+    tls: bool | TLSConfig = False,
+    api_key: str | None = None,
+    rpc_metadata: Mapping[str, str] | None = None,
+    runtime: Runtime | None = None,
+) -> Client:
+    """A Temporal client that speaks Keel's pydantic payloads.
+
+    Args:
+        address: ``host:port`` of the Temporal frontend.
+        namespace: the namespace.
+        tls: False, True (system roots), or a ``TLSConfig`` with a CA and client certificate.
+        api_key: a Temporal Cloud API key (sent as a bearer token).
+        rpc_metadata: extra gRPC headers.
+        runtime: the temporalio runtime (for SDK metrics); default the process-wide one.
+    """
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+        tls=tls,
+        api_key=api_key,
+        rpc_metadata=dict(rpc_metadata or {}),
+        runtime=runtime,
     )
 
 
@@ -55,6 +84,7 @@ def build_worker(
     tool_modules: Sequence[str] = (),
     *,
     store: ConversationStore | None = None,
+    tracer_provider: TracerProvider | None = None,
     **options: Any,
 ) -> Worker:
     """A worker running ``AgentSession`` and Keel's activities.
@@ -64,6 +94,10 @@ def build_worker(
         task_queue: the queue to poll.
         tool_modules: modules to import so their ``@tool`` functions register.
         store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
+        tracer_provider: an OpenTelemetry SDK tracer provider (see
+            ``worker.telemetry.tracer_provider``): trace workflows and activities with
+            temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
+            spans. None: no tracing; log records still carry session, turn and cycle.
         **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``).
 
     Raises:
@@ -76,6 +110,10 @@ def build_worker(
     # Send heartbeats (which carry streamed model text for watchers) at most once a second
     # instead of every 0.8 x heartbeat timeout.
     options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
+    options["interceptors"] = [
+        *_tracing_interceptors(tracer_provider),
+        *options.get("interceptors", ()),
+    ]
     return Worker(
         client,
         task_queue=task_queue,
@@ -84,3 +122,13 @@ def build_worker(
         workflow_runner=sandbox_runner(),
         **options,
     )
+
+
+def _tracing_interceptors(provider: TracerProvider | None) -> list[Interceptor]:
+    """The tracing interceptor of temporalio (outermost), then Keel's."""
+    if provider is None:
+        return [KeelInterceptor()]
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    keel = KeelInterceptor(provider)
+    return [TracingInterceptor(keel.tracer), keel]

@@ -32,7 +32,7 @@ from worker.console import EXIT_FAILED, EXIT_INVALID
 from worker.devserver import DevServerError
 from worker.runtime import TemporalUnreachable
 from worker.sessions import RequestRejected, SessionNotFound
-from worker.settings import Settings
+from worker.settings import ConfigError, Settings
 
 
 def _waiting_flags(cmd: argparse.ArgumentParser) -> None:
@@ -77,9 +77,35 @@ def build_parser() -> argparse.ArgumentParser:
     _waiting_flags(run)
     run.set_defaults(handler=cmd_run)
 
-    worker = sub.add_parser("worker", help="run a worker for an existing Temporal")
+    worker = sub.add_parser(
+        "worker",
+        help="run a worker for an existing Temporal",
+        description="Run a worker until SIGTERM or Ctrl-C. Each flag overrides the "
+        "environment variable named in its help; see README, Deployment.",
+    )
     worker.add_argument("--tools", help="tool modules, comma separated")
     worker.add_argument("--task-queue", help="task queue (default: KEEL_TASK_QUEUE or keel)")
+    for flag, meta, text in (
+        ("--address", "HOST:PORT", "Temporal frontend (TEMPORAL_ADDRESS)"),
+        ("--namespace", "NS", "namespace (TEMPORAL_NAMESPACE, default: default)"),
+        ("--tls-cert", "PEM", "client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"),
+        ("--tls-key", "PEM", "its private key (TEMPORAL_TLS_CLIENT_KEY_PATH)"),
+        ("--tls-ca", "PEM", "CA of the server (TEMPORAL_TLS_SERVER_CA_CERT_PATH)"),
+        ("--tls-server-name", "NAME", "name on the server certificate (TEMPORAL_TLS_SERVER_NAME)"),
+        ("--max-concurrent-activities", "N", "KEEL_MAX_CONCURRENT_ACTIVITIES (default 100)"),
+        ("--max-concurrent-workflow-tasks", "N", "KEEL_MAX_CONCURRENT_WORKFLOW_TASKS"),
+        ("--max-cached-workflows", "N", "KEEL_MAX_CACHED_WORKFLOWS (default 1000)"),
+        ("--shutdown-grace", "SECONDS", "KEEL_SHUTDOWN_GRACE_S: time to finish after SIGTERM"),
+        ("--health-port", "PORT", "serve /healthz and /readyz (KEEL_HEALTH_PORT)"),
+        ("--metrics-port", "PORT", "serve Prometheus /metrics (KEEL_METRICS_PORT)"),
+        ("--otlp-endpoint", "URL", "export traces by OTLP/HTTP (KEEL_OTLP_ENDPOINT)"),
+        ("--log-format", "text|json", "KEEL_LOG_FORMAT (default text)"),
+        ("--log-level", "LEVEL", "KEEL_LOG_LEVEL: DEBUG, INFO, WARNING (default), ERROR"),
+    ):
+        worker.add_argument(flag, metavar=meta, help=text)
+    worker.add_argument(
+        "--tls", action="store_true", help="use TLS with the system's roots (TEMPORAL_TLS=true)"
+    )
     worker.set_defaults(handler=cmd_worker)
 
     dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
@@ -158,7 +184,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = asyncio.run(args.handler(args, settings))
         return code
-    except (UsageError, RequestRejected, SessionNotFound, ToolModuleError) as err:
+    except (UsageError, ConfigError, RequestRejected, SessionNotFound, ToolModuleError) as err:
         print(f"keel: {err}", file=sys.stderr)
         return EXIT_INVALID
     except (TemporalUnreachable, DevServerError) as err:

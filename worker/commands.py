@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import json
 import logging
@@ -19,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 from pydantic import TypeAdapter, ValidationError
 from temporalio.worker import Worker
 
+from activities.models import PROVIDERS
 from activities.store import open_store
 from worker.assembly import build_worker, sandbox_runner
 from worker.console import (
@@ -98,6 +100,37 @@ def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionC
         raise UsageError(f"invalid session settings: {err}") from err
 
 
+def _check_model(spec: str, *, local: bool) -> None:
+    """Refuse a model spec that cannot work, before a session is created.
+
+    The provider must exist. When this process runs the worker (embedded mode), also check
+    what the worker would find missing: the scripted file, or AWS credentials for Bedrock.
+
+    Raises:
+        UsageError: naming the problem and how to fix it.
+    """
+    prefix, sep, rest = spec.partition(":")
+    if not sep or prefix not in PROVIDERS:
+        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
+        raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
+    if not local:
+        return
+    if prefix == "scripted" and not Path(rest).is_file():
+        raise UsageError(f"scripted model file {rest!r} not found")
+    if prefix == "bedrock" and missing_aws_credentials():
+        raise UsageError(
+            "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
+        )
+
+
+def missing_aws_credentials() -> bool:
+    """Whether boto3's standard chain finds no credentials here."""
+    import boto3  # type: ignore[import-untyped]  # only for bedrock: specs
+
+    return boto3.session.Session().get_credentials() is None
+
+
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """``keel run``: send a prompt, wait for the turn, print the result."""
     prompt = " ".join(args.prompt).strip()
@@ -106,6 +139,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     messages = read_messages(args.messages) if args.messages else []
     modules = _tool_modules(args.tools)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    model: str | None = args.model or settings.model
+    if model:
+        _check_model(model, local=False)  # before starting anything
     async with open_runtime(settings) as runtime:
         keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
         config = None
@@ -117,6 +153,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             modules = modules or (await keel.config(session)).tool_modules
         else:
             config = _new_session_config(args, args.model or settings.model)
+            _check_model(config.model, local=runtime.embedded)
         async with runtime.worker(modules):
             since = 0 if config is not None else await keel.event_count(session)
             ack = await keel.prompt(session, prompt, config=config, messages=messages)
@@ -196,11 +233,31 @@ async def _existing_session(settings: Settings, session: str) -> AsyncIterator[K
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel worker``: run a worker until interrupted."""
-    client, address = await connect_configured(settings)
-    worker = build_worker(client, args.task_queue or settings.task_queue, _tool_modules(args.tools))
-    logger.info("worker on %s, task queue %s", address, worker.task_queue)
-    await _run_until_signalled(worker.run, worker.shutdown)
+    """``keel worker``: run a worker until SIGTERM or Ctrl-C, then shut down gracefully.
+
+    Flags win over their environment variables (see ``worker.settings``); an invalid
+    setting exits 2 with the reason.
+    """
+    from worker.serve import serve_worker
+    from worker.settings import FLAG_NAMES, ConfigError, WorkerSettings
+
+    flags = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAG_NAMES.items()}
+    settings = dataclasses.replace(
+        settings,
+        address=flags["TEMPORAL_ADDRESS"] or settings.address,
+        namespace=flags["TEMPORAL_NAMESPACE"] or settings.namespace,
+        task_queue=flags["KEEL_TASK_QUEUE"] or settings.task_queue,
+        tls="true" if args.tls else settings.tls,
+        tls_cert=args.tls_cert or settings.tls_cert,
+        tls_key=args.tls_key or settings.tls_key,
+        tls_ca=args.tls_ca or settings.tls_ca,
+        tls_server_name=args.tls_server_name or settings.tls_server_name,
+    )
+    try:
+        config = WorkerSettings.load(flags=flags)
+        await serve_worker(settings, config, _tool_modules(args.tools))
+    except ConfigError as err:
+        raise UsageError(str(err)) from err
     return EXIT_OK
 
 
@@ -240,7 +297,14 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     for message in state.messages:
         for block in message.content:
             print(f"{message.role}: {render_block(block.model_dump(mode='json'))}")
-    print(f"[{state.status}; {state.usage.totalTokens} tokens]")
+    for t in state.turns:
+        u = t.usage
+        print(
+            f"[turn {t.turn_id} {t.status}: {t.cycles} model calls, "
+            f"{u.inputTokens} in / {u.outputTokens} out tokens]"
+        )
+    u = state.usage
+    print(f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} out]")
     return EXIT_OK
 
 

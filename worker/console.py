@@ -89,7 +89,7 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
 
 
 def show_json(state: SessionState) -> dict[str, Any]:
-    """The contract's JSON object for ``keel show --json``."""
+    """The contract's JSON object for ``keel show --json``, plus ``turns`` (usage per turn)."""
     return {
         "session": state.session_id,
         "workflow_id": state.session_id,
@@ -97,6 +97,16 @@ def show_json(state: SessionState) -> dict[str, Any]:
         "messages": [m.model_dump(mode="json") for m in state.messages],
         "pending": state.pending.model_dump(mode="json"),
         "usage": state.usage.model_dump(mode="json"),
+        "turns": [
+            {
+                "turn": t.turn_id,
+                "status": t.status,
+                "stop_reason": t.stop_reason,
+                "cycles": t.cycles,
+                "usage": t.usage.model_dump(mode="json"),
+            }
+            for t in state.turns
+        ],
     }
 
 

@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime as TemporalRuntime
 
 from worker.assembly import build_worker, connect
 from worker.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
-from worker.settings import Settings
+from worker.settings import ClientOptions, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -44,15 +45,42 @@ class Runtime:
             yield
 
 
-async def connect_configured(settings: Settings) -> tuple[Client, str]:
-    """Connect to ``TEMPORAL_ADDRESS`` (or the default address when unset).
+def client_options(settings: Settings) -> ClientOptions:
+    """The checked connection settings (TLS, API key, gRPC metadata).
 
     Raises:
+        ConfigError: an invalid setting (the CLI exits 2), naming the variable and the problem.
+    """
+    return settings.client_options()
+
+
+async def connect_configured(
+    settings: Settings, *, runtime: TemporalRuntime | None = None
+) -> tuple[Client, str]:
+    """Connect to ``TEMPORAL_ADDRESS`` (or the default address when unset).
+
+    TLS, the API key and gRPC metadata come from the settings (``Settings.client_options``).
+
+    Args:
+        settings: process settings.
+        runtime: the temporalio runtime for the client (SDK metrics); default the global one.
+
+    Raises:
+        UsageError: an invalid connection setting.
         TemporalUnreachable: naming the address and what went wrong.
     """
     address = settings.address or DEFAULT_ADDRESS
+    options = client_options(settings)
     try:
-        return await connect(address, settings.namespace), address
+        client = await connect(
+            address,
+            settings.namespace,
+            tls=options.tls,
+            api_key=options.api_key,
+            rpc_metadata=options.rpc_metadata,
+            runtime=runtime,
+        )
+        return client, address
     except RuntimeError as err:
         hint = "" if settings.address else " (set TEMPORAL_ADDRESS, or run `keel dev`)"
         raise TemporalUnreachable(f"cannot reach Temporal at {address}: {err}{hint}") from err

@@ -60,6 +60,17 @@ def test_run_json_two_cycle_turn_with_tool_module(
     assert [m["role"] for m in conv["messages"]] == ["user", "assistant", "user", "assistant"]
     assert conv["messages"][2]["content"][0]["toolResult"]["content"] == [{"json": 5}]
     assert conv["status"] == "idle" and conv["usage"]["totalTokens"] == 24
+    assert conv["turns"] == [
+        {
+            "turn": 1,
+            "status": "completed",
+            "stop_reason": "end_turn",
+            "cycles": 2,
+            "usage": {"inputTokens": 12, "outputTokens": 12, "totalTokens": 24},
+        }
+    ]
+    human = keel("show", session, env=server_env)
+    assert "[turn 1 completed: 2 model calls, 12 in / 12 out tokens]" in human.stdout
 
     # the worker stops cleanly on SIGTERM
     worker_process.send_signal(signal.SIGTERM)

@@ -1,0 +1,81 @@
+"""The mistakes a newcomer makes get a clear message and exit 2, before anything runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.worker.conftest import ROOT, keel, keel_env, write_script
+
+
+def test_unknown_model_spec(server_env: dict[str, str]) -> None:
+    done = keel("run", "--model", "gpt5:turbo", "hello", env=server_env)
+    assert done.returncode == 2
+    assert "unknown model spec 'gpt5:turbo'; expected one of bedrock:<...>" in done.stderr
+
+
+def test_missing_scripted_file_and_aws_credentials_in_embedded_mode(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    env = keel_env(
+        KEEL_HOME=str(tmp_path / "home"),
+        AWS_CONFIG_FILE=str(empty),
+        AWS_SHARED_CREDENTIALS_FILE=str(empty),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(key, None)
+    missing = keel("run", "--model", "scripted:nowhere.json", "hi", env=env, cwd=tmp_path)
+    assert missing.returncode == 2 and "scripted model file 'nowhere.json' not found" in (
+        missing.stderr
+    )
+    no_creds = keel("run", "--model", "bedrock:anthropic.claude-x", "hi", env=env, cwd=tmp_path)
+    assert no_creds.returncode == 2
+    assert "no AWS credentials found for bedrock:" in no_creds.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    home = tmp_path / "home"
+    env = keel_env(KEEL_HOME=str(home))
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "dev", "--port", str(port), "--tools", SAMPLE_TOOLS],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / "server.json").exists():
+            assert dev.poll() is None, dev.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.0)
+        model = write_script(
+            tmp_path / "s.json",
+            [respond(tool_use("t", "echo", text="from dev"), stop="tool_use"), respond(text("ok"))],
+        )
+        other = keel_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", KEEL_HOME=str(home))
+        done = keel("run", "--json", "--model", model, "--tools", SAMPLE_TOOLS, "go", env=other)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["message"]["content"] == [{"text": "ok"}]
+    finally:
+        dev.send_signal(signal.SIGINT)
+        out, err = dev.communicate(timeout=60)
+    assert dev.returncode == 0, err
+    assert f"127.0.0.1:{port}" in out
+    assert not (home / "server.json").exists()  # the server was stopped, its lock removed

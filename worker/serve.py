@@ -1,0 +1,146 @@
+"""``keel worker`` as a long-running service: configured, observable, shut down gracefully.
+
+Order of start: logging, settings checks (exit 2 on a bad one), the metrics runtime, the
+health endpoint, tracing, then the connection and the worker. On SIGTERM or Ctrl-C, the
+readiness probe turns 503, the worker stops polling, and running model calls and tools get
+``KEEL_SHUTDOWN_GRACE_S`` to finish before they are cancelled; whatever is cut off is
+retried by another worker (activity heartbeat timeouts). Spans still buffered are flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from worker.assembly import build_worker
+from worker.health import HealthServer
+from worker.runtime import client_options, connect_configured
+from worker.settings import ConfigError, Settings, WorkerSettings
+from worker.telemetry import configure_logging, metrics_runtime
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from temporalio.worker import Worker
+
+__all__ = ["serve_worker"]
+
+logger = logging.getLogger("keel.worker")
+
+
+async def serve_worker(
+    settings: Settings, config: WorkerSettings, tool_modules: Sequence[str]
+) -> None:
+    """Run a worker until SIGTERM or SIGINT, then shut it down gracefully.
+
+    Args:
+        settings: where Temporal is and how to reach it; the task queue.
+        config: the worker's limits, shutdown grace, ports, tracing and logs.
+        tool_modules: tool modules to load.
+
+    Raises:
+        ConfigError: a setting turned out unusable (a port taken, tracing without the
+            ``otel`` extra).
+        UsageError: an invalid connection setting.
+        TemporalUnreachable: Temporal does not answer.
+    """
+    configure_logging(config.log_format, config.log_level)
+    client_options(settings)  # check TLS files and the like before opening any port
+    runtime = metrics_runtime(config.metrics_port) if config.metrics_port else None
+    state = _State()
+    health = (
+        HealthServer(config.health_port, state.live, state.ready) if config.health_port else None
+    )
+    provider = _tracer_provider(config)
+    try:
+        if health is not None:
+            health.start()
+        client, address = await connect_configured(settings, runtime=runtime)
+        worker = build_worker(
+            client,
+            settings.task_queue,
+            tool_modules,
+            tracer_provider=provider,
+            graceful_shutdown_timeout=timedelta(seconds=config.shutdown_grace_s),
+            **_limits(config),
+        )
+        state.worker = worker
+        logger.info(
+            "worker %s on %s, namespace %s, task queue %s",
+            client.identity,
+            address,
+            settings.namespace,
+            settings.task_queue,
+        )
+        await _run_until_signalled(worker, state, config.shutdown_grace_s)
+        logger.info("worker %s stopped", client.identity)
+    finally:
+        state.finished = True
+        if health is not None:
+            health.stop()
+        if provider is not None:
+            provider.shutdown()
+
+
+class _State:
+    """What the health endpoint reports."""
+
+    def __init__(self) -> None:
+        self.worker: Worker | None = None
+        self.draining = False
+        self.finished = False
+
+    def live(self) -> bool:
+        return not self.finished
+
+    def ready(self) -> bool:
+        return self.worker is not None and self.worker.is_running and not self.draining
+
+
+def _limits(config: WorkerSettings) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if config.max_concurrent_activities is not None:
+        options["max_concurrent_activities"] = config.max_concurrent_activities
+    if config.max_concurrent_workflow_tasks is not None:
+        options["max_concurrent_workflow_tasks"] = config.max_concurrent_workflow_tasks
+    if config.max_cached_workflows is not None:
+        options["max_cached_workflows"] = config.max_cached_workflows
+    return options
+
+
+def _tracer_provider(config: WorkerSettings) -> TracerProvider | None:
+    if config.otlp_traces_url is None:
+        return None
+    try:
+        from worker.tracing import otlp_exporter, tracer_provider
+
+        exporter = otlp_exporter(config.otlp_traces_url)
+    except ImportError as err:
+        raise ConfigError(
+            f"tracing to {config.otlp_endpoint} needs OpenTelemetry: "
+            f"pip install 'keel[otel]' ({err})"
+        ) from err
+    return tracer_provider(exporter, service_name=config.service_name)
+
+
+async def _run_until_signalled(worker: Worker, state: _State, grace_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    task = asyncio.create_task(worker.run())
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            state.draining = True
+            logger.info("shutting down: up to %g s for running activities", grace_s)
+            await worker.shutdown()
+        await task
+    finally:
+        waiter.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
