@@ -25,6 +25,7 @@ from worker.session_reads import (
     SessionSummary,
     call_session,
 )
+from workflows.boundary import InputRejected, validate_prompt
 from workflows.contracts import (
     CancelAck,
     CancelInput,
@@ -88,6 +89,10 @@ class KeelClient(SessionReader):
             RequestRejected: the prompt was refused; nothing was queued.
         """
         update = PromptInput(content=_content(prompt))
+        try:  # refuse before sending, as the session would: a huge payload hurts the session
+            validate_prompt(update.role, update.content)
+        except InputRejected as err:
+            raise RequestRejected(str(err)) from err
         if config is None:
             return await call_session(
                 session_id, self.handle(session_id).execute_update(AgentSession.prompt, update)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from workflows.messages import ContentBlock, Message, error_result
 
 PROMPT_BLOCK_KINDS = frozenset({"text", "image", "document"})
+# A prompt bigger than this is refused: it must fit one Temporal payload (2 MB) with room.
+MAX_PROMPT_BYTES = 1_000_000
 NOT_EXECUTED = "tool was not executed: this tool use came from imported history"
 
 
@@ -44,6 +46,16 @@ def validate_prompt(role: str, content: Sequence[ContentBlock]) -> None:
             )
         if kind == "text" and not (block.text or "").strip():
             raise InputRejected(f"prompt block {i} is empty text")
+    size = prompt_bytes(content)
+    if size > MAX_PROMPT_BYTES:
+        raise InputRejected(
+            f"prompt is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes"
+        )
+
+
+def prompt_bytes(content: Sequence[ContentBlock]) -> int:
+    """The size of a prompt's content as JSON."""
+    return sum(len(block.model_dump_json()) for block in content)
 
 
 def merge_roles(messages: Sequence[Message]) -> list[Message]:

@@ -38,8 +38,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger import Ledger
     from workflows.messages import ContentBlock
 
-# A prompt bigger than this is refused: it must fit one Temporal payload (2 MB) with room.
-MAX_PROMPT_BYTES = 1_000_000
+
+def _expect(value: object, kind: type) -> None:
+    """Refuse a payload that decoded to something other than the declared input type.
+
+    The data converter follows a payload's own encoding, so a raw client can make a handler
+    receive, say, a protobuf message instead of the pydantic model its signature names.
+    """
+    if not isinstance(value, kind):
+        raise InputRejected(f"expected a {kind.__name__} payload, got {type(value).__name__}")
 
 
 @dataclass
@@ -69,6 +76,7 @@ class SessionHandlers:
     _closing: bool
     _closed: bool
     _run_number: int
+    _init_error: str | None
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
         record = self._ledger.new_turn()
@@ -82,17 +90,15 @@ class SessionHandlers:
 
     @prompt.validator
     def _validate_prompt(self, input: PromptInput) -> None:
+        _expect(input, PromptInput)
+        if self._init_error is not None:
+            raise InputRejected(self._init_error)
         if self._closing:
             raise InputRejected("session is closing; it takes no more prompts")
         budget, used = self._config.max_session_tokens, self._ledger.usage.totalTokens
         if budget is not None and used >= budget:
             raise InputRejected(f"session used {used} tokens of its budget of {budget}")
         validate_prompt(input.role, input.content)
-        size = len(input.model_dump_json())
-        if size > MAX_PROMPT_BYTES:
-            raise InputRejected(
-                f"prompt is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes"
-            )
 
     @workflow.update
     def decide(self, input: Decision) -> DecisionAck:
@@ -105,12 +111,14 @@ class SessionHandlers:
 
     @decide.validator
     def _validate_decide(self, input: Decision) -> None:
+        _expect(input, Decision)
         check_decision(self._ledger.interrupts, input, self._config)
 
     @workflow.signal(name="decide")
     def decide_signal(self, input: Decision) -> None:
         """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
         try:
+            _expect(input, Decision)
             interrupt = check_decision(self._ledger.interrupts, input, self._config)
         except InputRejected as err:
             workflow.logger.warning("ignored decide signal: %s", err)
@@ -132,12 +140,14 @@ class SessionHandlers:
 
     @respond.validator
     def _validate_respond(self, input: Response) -> None:
+        _expect(input, Response)
         check_response(self._ledger.interrupts, input, self._config)
 
     @workflow.signal(name="respond")
     def respond_signal(self, input: Response) -> None:
         """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
         try:
+            _expect(input, Response)
             interrupt = check_response(self._ledger.interrupts, input, self._config)
         except InputRejected as err:
             workflow.logger.warning("ignored respond signal: %s", err)
@@ -158,6 +168,7 @@ class SessionHandlers:
 
     @steer.validator
     def _validate_steer(self, input: SteerInput) -> None:
+        _expect(input, SteerInput)
         if self._current is None:
             raise InputRejected("no turn is running to steer; send a prompt instead")
         if self._cancel_reason is not None:
@@ -178,6 +189,7 @@ class SessionHandlers:
 
     @cancel.validator
     def _validate_cancel(self, input: CancelInput) -> None:
+        _expect(input, CancelInput)
         if self._current is None:
             raise InputRejected("no turn is running in this session")
         if self._cancel_reason is not None:
@@ -186,7 +198,8 @@ class SessionHandlers:
     @workflow.signal
     def close(self, input: CloseInput) -> None:
         """Close the session once the running and queued turns have finished."""
-        workflow.logger.info("session closing: %s", input.reason)
+        reason = input.reason if isinstance(input, CloseInput) else "closed by user"
+        workflow.logger.info("session closing: %s", reason)
         self._closing = True
 
     @workflow.query

@@ -122,6 +122,13 @@ class AgentSession(SessionHandlers):
         self._continuing = False
         self._tools_digest: str | None = None
         carried = input.carried
+        if carried is not None and workflow.info().continued_run_id is None:
+            # S1: carried state (a parked cycle, queued prompts) is trusted only when this
+            # session's previous run handed it over; a client cannot forge it at start.
+            self._init_error = "carried state is accepted only from continue-as-new"
+            self._run_number = 1
+            self._ledger = Ledger([], _now)
+            return
         if carried is not None:
             self._run_number = carried.run
             self._ledger = Ledger([], _now, carried)
