@@ -133,8 +133,13 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _port_free(port: int) -> bool:
-    """Tell whether a TCP port on the loopback interface can be bound."""
+    """Tell whether a TCP port on the loopback interface can be bound.
+
+    SO_REUSEADDR as servers set it: connections of a stopped server lingering in TIME_WAIT
+    do not make the port taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
