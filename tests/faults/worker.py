@@ -1,0 +1,57 @@
+"""A Keel worker process for fault tests that can run only the workflows or only activities.
+
+``keel worker`` runs both in one process. To stop a session exactly between a tool finishing
+and the append (which happens in a workflow task), the fault harness runs the workflow side
+and the activity side in separate processes and kills only the workflow one. Both are built
+by ``worker.assembly.build_worker``, so they carry the product's options, then split::
+
+    python -m tests.faults.worker --role workflows|activities|both --tools MOD[,MOD]
+
+Reads ``TEMPORAL_ADDRESS``, ``KEEL_TASK_QUEUE`` and ``KEEL_STORE`` like ``keel worker``.
+SIGTERM shuts it down gracefully; the tests use SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from temporalio.worker import Worker
+
+from activities.store import open_store
+from worker.assembly import build_worker, connect
+from worker.settings import Settings
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--role", choices=["workflows", "activities", "both"], default="both")
+    parser.add_argument("--tools", default="")
+    args = parser.parse_args()
+    settings = Settings.from_env()
+    assert settings.address, "TEMPORAL_ADDRESS must be set"
+    client = await connect(settings.address, settings.namespace)
+    modules = [m for m in args.tools.split(",") if m]
+    # build the product's worker on a client of its own, only to read its options: a worker
+    # registers with its client when created, and one client takes one worker per queue
+    template = await connect(settings.address, settings.namespace)
+    built = build_worker(template, settings.task_queue, modules, store=open_store(settings.store))
+    config = built.config()
+    config.pop("client", None)
+    if args.role == "workflows":
+        config["activities"] = []
+        config.pop("activity_executor", None)
+    elif args.role == "activities":
+        config["workflows"] = []
+    worker = Worker(client, **config)  # type: ignore[misc]  # "client" was popped above
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

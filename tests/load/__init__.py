@@ -1,0 +1,1 @@
+"""Load: many concurrent sessions on one worker; the soak runner is tests.benchmarks.load."""
