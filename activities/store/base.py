@@ -98,14 +98,7 @@ class ConversationStore:
 
     def put_document(self, value: Any) -> str:
         """Store any JSON document (tool specs, say) under its digest; returns the digest."""
-        data = canonical_json(value)
-        digest = hashlib.sha256(data).hexdigest()
-        with self._lock:
-            known = digest in self._documents
-        if not known:
-            self.backend.put(f"doc/{digest}", data)
-            self._remember(self._documents, digest, value, PREFIX_CACHE)
-        return digest
+        return self._put("doc", canonical_json(value), value, self._documents, PREFIX_CACHE)
 
     def get_document(self, digest: str) -> Any:
         """A JSON document stored with ``put_document``.
@@ -161,12 +154,18 @@ class ConversationStore:
 
     def _put_message(self, message: Message) -> str:
         data = canonical_json(message.model_dump(mode="json"))
+        return self._put("msg", data, message, self._messages, MESSAGE_CACHE)
+
+    def _put(
+        self, kind: str, data: bytes, value: Any, cache: OrderedDict[str, Any], limit: int
+    ) -> str:
+        """Write an object under ``<kind>/<digest>`` unless this process already did."""
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            known = digest in self._messages
+            known = digest in cache
         if not known:
-            self.backend.put(f"msg/{digest}", data)
-            self._remember(self._messages, digest, message, MESSAGE_CACHE)
+            self.backend.put(f"{kind}/{digest}", data)
+            self._remember(cache, digest, value, limit)
         return digest
 
     def _get_message(self, digest: str) -> Message:
