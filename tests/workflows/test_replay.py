@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+import tests.sample_tools  # noqa: F401 - the policies the recorded sessions used, as on their worker
 from tests.conftest import HISTORIES, respond, text, tool_use
 from worker.assembly import sandbox_runner
 from worker.sessions import KeelClient
