@@ -1,1 +1,2 @@
-"""Benchmarks that print figures; run as modules (``python -m tests.benchmarks.history``)."""
+"""Benchmarks that print figures: ``python -m tests.benchmarks`` (Keel against the floor, see
+``tests.benchmarks.runner``) and single modules (``python -m tests.benchmarks.history``)."""

@@ -25,12 +25,16 @@ ends with one more model call that answers with text):
 - ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
   open in the worker's cache: (worker RSS after - RSS before) / K.
 
+The dev server runs with ``history.transferProcessorMaxPollRPS=1000`` unless
+``--stock-server``: the stock setting makes every workflow task wait for a poll of the
+server's transfer queue (at most 20 a second), about 50 ms per round trip for both systems.
+
 Usage::
 
-    python -m tests.benchmarks [--persistence memory|sqlite] [--sessions 50 200]
-        [--throughput-cycles 10] [--latency-cycles 20] [--repeats 5]
+    python -m tests.benchmarks [--persistence memory|sqlite] [--stock-server]
+        [--sessions 50 200] [--throughput-cycles 10] [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
-        [--result-size 512] [--markdown FILE]
+        [--result-size 512] [--dynamic-config-value KEY=VALUE] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -63,6 +67,10 @@ from tests.benchmarks.floor import FloorLoop
 from tests.benchmarks.server import PERSISTENCE, BenchServer
 
 ROOT = Path(__file__).resolve().parents[2]
+# The stock dev server polls its transfer queue at most 20 times a second, so every workflow
+# task (and every activity not started eagerly) waits for the next poll: about 50 ms per
+# round trip, the same for any worker, which hides what the workers themselves cost.
+FAST_DISPATCH = "history.transferProcessorMaxPollRPS=1000"
 SAMPLE_TOOLS = "tests.sample_tools"
 SYSTEMS = ("keel", "floor")
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -83,6 +91,7 @@ class Options:
     memory_sessions: int = 100
     result_size: int = 512
     dynamic_config: list[str] = field(default_factory=list)
+    stock_server: bool = False
     bytecode: bool = True
     markdown: Path | None = None
 
@@ -657,9 +666,10 @@ async def run(
     with _workdir() as workdir:
         server: BenchServer | None = None
         if address is None:
-            server = BenchServer(
-                options.persistence, workdir / "server", tuple(options.dynamic_config)
-            )
+            dynamic = list(options.dynamic_config)
+            if not options.stock_server:
+                dynamic.insert(0, FAST_DISPATCH)
+            server = BenchServer(options.persistence, workdir / "server", tuple(dynamic))
             await server.__aenter__()
             address = server.address
             report.note(f"server: {server.describe()}")
@@ -714,7 +724,12 @@ def parse(argv: list[str] | None = None) -> Options:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="passed to the dev server, e.g. system.enableActivityEagerExecution=true",
+        help="passed to the dev server, e.g. system.enableActivityEagerExecution=false",
+    )
+    parser.add_argument(
+        "--stock-server",
+        action="store_true",
+        help=f"leave out {FAST_DISPATCH} (then every round trip waits for a ~50 ms poll)",
     )
     parser.add_argument(
         "--no-bytecode",
@@ -727,10 +742,15 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(**vars(args))
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 async def _timed(main: Awaitable[Report], out: Callable[[str], None]) -> None:
     started = time.monotonic()
+    out(f"# load average at start: {_load()}")
     await main
-    out(f"# took {time.monotonic() - started:.0f} s")
+    out(f"# took {time.monotonic() - started:.0f} s; load average at end: {_load()}")
 
 
 def main(argv: list[str] | None = None) -> None:

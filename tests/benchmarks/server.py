@@ -66,7 +66,11 @@ class BenchServer:
 
     def describe(self) -> str:
         where = f"SQLite file {self.db_path}" if self.db_path else "in-memory SQLite"
-        return f"temporal dev server ({cli_version()}), persistence={self.persistence} ({where})"
+        config = ", ".join(self.dynamic_config) or "stock settings"
+        return (
+            f"temporal dev server ({cli_version()}), persistence={self.persistence} ({where}), "
+            f"dynamic config: {config}"
+        )
 
     async def __aenter__(self) -> BenchServer:
         cli = find_temporal_cli()
