@@ -65,6 +65,7 @@ from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
 from tests.benchmarks.server import PERSISTENCE, BenchServer
+from tests.conftest import run_histories
 
 ROOT = Path(__file__).resolve().parents[2]
 # The stock dev server polls its transfer queue at most 20 times a second, so every workflow
@@ -380,24 +381,6 @@ class FloorSystem(System):
 # ----------------------------------------------------------------------------- history
 
 
-async def histories(client: Client, workflow_id: str) -> list[History]:
-    """The history of every run of a workflow, first run first."""
-    handle = client.get_workflow_handle(workflow_id)
-    info = (await handle.describe()).raw_description.workflow_execution_info
-    run = info.first_run_id or info.execution.run_id
-    runs = []
-    while run:
-        history = await client.get_workflow_handle(workflow_id, run_id=run).fetch_history()
-        runs.append(history)
-        last = history.events[-1]
-        run = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
-    return runs
-
-
 def history_bytes(runs: list[History]) -> int:
     return sum(e.ByteSize() for h in runs for e in h.events)
 
@@ -503,7 +486,7 @@ class Bench:
                 wall[name].append((time.monotonic() - started) / o.latency_cycles)
                 cpu[name] += proc.cpu() - cpu_before
                 times = model_call_times(
-                    await histories(system.client, handle.id), system.model_activity
+                    await run_histories(system.client, handle.id), system.model_activity
                 )
                 cycle[name].append((times[-1] - times[0]) / o.latency_cycles)
         self.report.add(
@@ -525,7 +508,7 @@ class Bench:
             for name, system in systems.items():
                 try:
                     handle = await system.run(cycles, f"history{cycles}")
-                    runs = await histories(system.client, handle.id)
+                    runs = await run_histories(system.client, handle.id)
                 except Exception as err:  # the floor outgrows Temporal's limits first
                     self.report.note(f"{name} history at {cycles} cycles failed: {err!r}")
                     sizes[name][cycles] = None
@@ -587,7 +570,7 @@ class Bench:
         warm: dict[str, float] = {}
         for name, system in systems.items():
             handle = await system.run(o.replay_cycles, "replay")
-            runs = await histories(system.client, handle.id)
+            runs = await run_histories(system.client, handle.id)
             if len(runs) > 1:
                 self.report.note(f"{name} replay history: first of {len(runs)} runs")
             replayer = system.replayer()
