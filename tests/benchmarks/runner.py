@@ -45,6 +45,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,6 @@ from typing import Any
 import temporalio
 from temporalio.client import Client, WorkflowHandle
 from temporalio.client import WorkflowHistory as History
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
@@ -66,6 +66,7 @@ from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
 from tests.benchmarks.server import PERSISTENCE, BenchServer
 from tests.conftest import run_histories
+from worker.payloads import DATA_CONVERTER
 
 ROOT = Path(__file__).resolve().parents[2]
 # The stock dev server polls its transfer queue at most 20 times a second, so every workflow
@@ -95,6 +96,7 @@ class Options:
     stock_server: bool = False
     bytecode: bool = True
     markdown: Path | None = None
+    profile: Path | None = None
 
 
 @dataclass
@@ -176,10 +178,13 @@ class WorkerProcess:
         task_queue: str,
         store: Path,
         env: dict[str, str] | None = None,
+        profile: Path | None = None,
         **flags: Any,
     ):
         self.system = system
         self.env = env
+        self.profile = profile
+        self.profiler: asyncio.subprocess.Process | None = None
         self.cwd = ROOT
         self.command = [
             sys.executable,
@@ -212,6 +217,15 @@ class WorkerProcess:
         if line.strip() != b"ready":
             await self.stop()
             raise RuntimeError(f"{self.system} worker did not start: {line!r}")
+        if self.profile is not None:
+            self.profile.mkdir(parents=True, exist_ok=True)
+            out = self.profile / f"{self.system}-{self.pid}.txt"
+            self.profiler = await asyncio.create_subprocess_exec(
+                *("py-spy", "record", "--pid", str(self.pid), "--rate", "250", "--gil"),
+                *("--format", "raw", "--output", str(out), "--nonblocking"),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
         return self
 
     def cpu(self) -> float:
@@ -221,6 +235,10 @@ class WorkerProcess:
         return rss_bytes(self.pid)
 
     async def stop(self) -> None:
+        profiler, self.profiler = self.profiler, None
+        if profiler is not None and profiler.returncode is None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its samples and exits
+            await asyncio.wait_for(profiler.wait(), timeout=60)
         process, self.process = self.process, None
         if process is None or process.returncode is not None:
             return
@@ -348,7 +366,7 @@ class KeelSystem(System):
 
         return Replayer(
             workflows=[AgentSession],
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             workflow_runner=sandbox_runner(),
         )
 
@@ -444,7 +462,13 @@ class Bench:
             for name in SYSTEMS:
                 queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
                 procs[name] = WorkerProcess(
-                    name, self.address, queue, self.store, self.worker_env(), **flags
+                    name,
+                    self.address,
+                    queue,
+                    self.store,
+                    self.worker_env(),
+                    self.options.profile,
+                    **flags,
                 )
                 systems[name] = self.system(name, queue)
             await asyncio.gather(*(p.start() for p in procs.values()))
@@ -671,7 +695,7 @@ async def run(
             "(tests.benchmarks.floor)"
         )
         try:
-            keel_client = await Client.connect(address, data_converter=pydantic_data_converter)
+            keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
             floor_client = await Client.connect(address)
             bench = Bench(options, report, address, workdir, keel_client, floor_client)
             await bench.run_all()
@@ -721,6 +745,11 @@ def parse(argv: list[str] | None = None) -> Options:
         help="run the workers with this environment's bytecode settings as they are",
     )
     parser.add_argument("--markdown", type=Path, help="also write a markdown table there")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample each worker with py-spy (collapsed stacks, SYSTEM-PID.txt in this directory)",
+    )
     args = parser.parse_args(argv)
     return Options(**vars(args))
 
