@@ -470,3 +470,10 @@ class DescribeToolsResult(KeelModel):
     """Result of the ``keel.tools.describe`` activity."""
 
     tools: list[ToolSpec]
+
+
+# Carried (and SessionInput through it) names models defined after it. Complete their schemas
+# now, once, instead of leaving pydantic to rebuild them on every validation: the data
+# converter validates a SessionInput for every new workflow run.
+Carried.model_rebuild()
+SessionInput.model_rebuild()
