@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -26,6 +27,10 @@ STREAM_TAIL_CHARS = 4000
 # Once a stream has started, this long without any output means it is stuck: the attempt
 # fails (retryably) instead of waiting for the start-to-close timeout.
 STREAM_STALL_S = 90.0
+# Built once: a TypeAdapter compiles its validator, which costs more than the validation.
+TOOL_SPECS = TypeAdapter(list[ToolSpec])
+
+_T = TypeVar("_T")
 
 
 class _Progress:
@@ -75,9 +80,7 @@ class ModelActivities:
         history = [*self.store.load(request.prefix), *tail]
         stored = self.store.extend(request.prefix, tail)
         if request.tools_digest is not None and not request.tools:
-            tools = TypeAdapter(list[ToolSpec]).validate_python(
-                self.store.get_document(request.tools_digest)
-            )
+            tools = TOOL_SPECS.validate_python(self.store.get_document(request.tools_digest))
             digest = request.tools_digest
         else:
             tools = request.tools
@@ -131,30 +134,17 @@ class ModelActivities:
                 a missing or corrupted stored message); retryable for a stalled stream.
                 Other provider exceptions propagate and are retried by Temporal.
         """
+        progress = _Progress()
+
+        def work() -> tuple[ModelResponse, PrefixRef | None, str]:
+            # One thread does both: reading the store, then the provider's (blocking) call.
+            view, stored, tools_digest = self._resolve(request)
+            return resolve_model(view.model).converse(view, progress), stored, tools_digest
+
         try:
-            view, stored, tools_digest = await asyncio.to_thread(self._resolve, request)
+            response, stored, tools_digest = await self._heartbeating(work, progress)
         except StoreError as err:
             raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
-        response = await self._call(view)
-        return response.model_copy(update={"stored": stored, "tools_digest": tools_digest})
-
-    async def _call(self, request: ModelRequest) -> ModelResponse:
-        progress = _Progress()
-        try:
-            provider = resolve_model(request.model)
-            call = functools.partial(provider.converse, request, progress)
-            task = asyncio.ensure_future(asyncio.to_thread(call))
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
-                if done:
-                    response = task.result()
-                    break
-                if progress.stalled_for() > STREAM_STALL_S:
-                    raise ApplicationError(
-                        f"model stream stalled: no output for {STREAM_STALL_S:g} s",
-                        type="KeelModelStreamStalled",
-                    )
-                activity.heartbeat(progress.details())
         except ModelError as err:
             raise ApplicationError(
                 str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
@@ -172,4 +162,26 @@ class ModelActivities:
             request.cycle,
             response.stopReason,
         )
-        return response
+        return response.model_copy(update={"stored": stored, "tools_digest": tools_digest})
+
+    @staticmethod
+    async def _heartbeating(work: Callable[[], _T], progress: _Progress) -> _T:
+        """Run ``work`` in a thread, heartbeating with its progress until it returns.
+
+        Raises:
+            ApplicationError: retryable, when a started stream stalls.
+        """
+        task = asyncio.ensure_future(asyncio.to_thread(work))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+                if done:
+                    return task.result()
+                if progress.stalled_for() > STREAM_STALL_S:
+                    raise ApplicationError(
+                        f"model stream stalled: no output for {STREAM_STALL_S:g} s",
+                        type="KeelModelStreamStalled",
+                    )
+                activity.heartbeat(progress.details())
+        finally:
+            task.cancel()  # a thread cannot be stopped: this only drops its result

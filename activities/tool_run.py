@@ -205,8 +205,10 @@ async def _heartbeat_loop() -> None:
     if info.heartbeat_timeout:
         every = min(every, max(info.heartbeat_timeout.total_seconds() / 3, 0.1))
     while True:
-        activity.heartbeat()
+        # Sleep first: the server counts the heartbeat timeout from the start, so a tool that
+        # ends within the first interval (most do) needs no heartbeat at all.
         await asyncio.sleep(every)
+        activity.heartbeat()
 
 
 def _content(value: Any) -> list[ToolResultContent] | None:

@@ -8,6 +8,7 @@ appended to that file as one JSON line, so a test can see what the model saw.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -45,19 +46,29 @@ class Script(KeelModel):
 
 
 def load_script(path: Path) -> Script:
-    """Read and validate a script file.
+    """Read and validate a script file; parsed once per version of the file.
 
     Raises:
         ModelError: the file is missing or not a valid script, naming what is wrong.
     """
     try:
-        raw = path.read_text(encoding="utf-8")
+        info = path.stat()
     except OSError as err:
         raise ModelError(f"scripted model file {str(path)!r} cannot be read: {err}") from err
+    return _parsed(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int, size: int) -> Script:
+    """The script at ``path`` as it was at (``mtime_ns``, ``size``); the key of the cache."""
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ModelError(f"scripted model file {path!r} cannot be read: {err}") from err
     try:
         return Script.model_validate_json(raw)
     except ValidationError as err:
-        raise ModelError(f"scripted model file {str(path)!r} is not a valid script: {err}") from err
+        raise ModelError(f"scripted model file {path!r} is not a valid script: {err}") from err
 
 
 class ScriptedProvider:
@@ -83,7 +94,7 @@ class ScriptedProvider:
                 f"scripted model {str(self.path)!r} has {len(script.responses)} responses; "
                 f"call {index + 1} of session {request.session_id!r} is past the end"
             )
-        entry = script.responses[index]
+        entry = script.responses[index].model_copy(deep=True)  # the parsed script is shared
         if entry.delay_s:
             time.sleep(entry.delay_s)
         usage = entry.usage
