@@ -343,7 +343,6 @@ class AgentSession(SessionHandlers):
             start_to_close_timeout=MODEL_START_TO_CLOSE,
             heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
-            summary=f"model call {cycle}",
         )
         try:
             response = await self._model_call
@@ -549,7 +548,6 @@ class AgentSession(SessionHandlers):
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
             heartbeat_timeout=TOOL_HEARTBEAT,
             retry_policy=TOOL_RETRY,
-            summary=f"tool: {use.name}",
         )
         self._tool_calls[use.toolUseId] = handle
         try:
