@@ -67,23 +67,31 @@ class ToolActivities:
     async def run(self, request: ToolRequest) -> ToolResponse:
         """Run one tool call (see ``run_tool``) and store its result.
 
+        A tool's result is stored in the thread that ran the (sync) tool, or in a worker
+        thread after an async one; an error result the activity made itself travels inline.
+
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        response = await run_tool(request)
-        if response.result is None:  # the tool asked a question instead
-            return response
+        return await run_tool(request, keep=self._keep)
+
+    def _keep(self, response: ToolResponse) -> ToolResponse:
+        """Store a tool's result; the response then names it by digest too."""
+        assert response.result is not None
         block = {"toolResult": response.result.model_dump(mode="json")}
-        digest = await asyncio.to_thread(self.store.put_document, block)
-        return response.model_copy(update={"digest": digest})
+        return response.model_copy(update={"digest": self.store.put_document(block)})
 
 
-async def run_tool(request: ToolRequest) -> ToolResponse:
+async def run_tool(
+    request: ToolRequest, keep: Callable[[ToolResponse], ToolResponse] | None = None
+) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
     Args:
         request: the tool use, its session, idempotency key and timeout (seconds, enforced
             here; zero or less means none).
+        keep: called (blocking, off the event loop) with the response built from the
+            tool's return value; its answer is returned instead.
 
     Returns:
         The toolResult: ``success`` with the tool's output, or ``error`` with why it failed.
@@ -108,7 +116,8 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
         answers=request.answers,
     )
     timeout = request.timeout_s if request.timeout_s > 0 else None
-    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs))
+    finish = functools.partial(_finish, use.name, use.toolUseId, keep)
+    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish))
     task.add_done_callback(_drain)
     heartbeats = asyncio.create_task(_heartbeat_loop())
     try:
@@ -124,7 +133,9 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
         activity.logger.warning("tool %r timed out after %s s", use.name, _secs(timeout))
         return _error(use.toolUseId, f"tool {use.name!r} timed out after {_secs(timeout)} s")
     try:
-        value = task.result()
+        return task.result()
+    except _KeepFailed as failed:  # the store, not the tool: fail the attempt, Temporal retries
+        raise failed.error from None
     except ToolInterrupted as asked:
         activity.logger.info("tool %r asks %r", use.name, asked.name)
         return ToolResponse(
@@ -136,23 +147,44 @@ async def run_tool(request: ToolRequest) -> ToolResponse:
     except Exception as exc:  # noqa: BLE001 - any tool failure goes back to the model
         activity.logger.warning("tool %r failed: %s", use.name, exc, exc_info=True)
         return _error(use.toolUseId, f"tool {use.name!r} failed: {type(exc).__name__}: {exc}")
+
+
+class _KeepFailed(Exception):
+    """``keep`` failed: told apart from the tool's own failures, which go to the model."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _finish(
+    name: str,
+    tool_use_id: str,
+    keep: Callable[[ToolResponse], ToolResponse] | None,
+    value: Any,
+) -> ToolResponse:
+    """The response for a tool's return value: its toolResult, or why it cannot be one."""
     content = _content(value)
     if content is None:
         return _error(
-            use.toolUseId,
-            f"tool {use.name!r} returned a value that is not JSON-serialisable: "
-            f"{type(value).__name__}",
+            tool_use_id,
+            f"tool {name!r} returned a value that is not JSON-serialisable: {type(value).__name__}",
         )
-    response = ToolResponse(result=ToolResult(toolUseId=use.toolUseId, content=content))
+    response = ToolResponse(result=ToolResult(toolUseId=tool_use_id, content=content))
     size = len(response.model_dump_json())
     if size > MAX_RESULT_BYTES:
         return _error(
-            use.toolUseId,
-            f"tool {use.name!r} returned {size:,} bytes, over Keel's limit of "
+            tool_use_id,
+            f"tool {name!r} returned {size:,} bytes, over Keel's limit of "
             f"{MAX_RESULT_BYTES:,} bytes for one result (Temporal caps a payload at 2 MB); "
             "return less, or a reference to where the data is",
         )
-    return response
+    if keep is None:
+        return response
+    try:
+        return keep(response)
+    except Exception as err:
+        raise _KeepFailed(err) from err
 
 
 @activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
@@ -175,15 +207,24 @@ async def describe_tools(request: DescribeToolsInput) -> DescribeToolsResult:
         raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
 
 
-async def _invoke(entry: RegisteredTool, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
+async def _invoke(
+    entry: RegisteredTool,
+    ctx: ToolContext,
+    kwargs: dict[str, Any],
+    finish: Callable[[Any], ToolResponse],
+) -> ToolResponse:
+    """Call the tool, then ``finish`` its value; a sync tool does both in one pool thread."""
     args: tuple[Any, ...] = (ctx,) if entry.takes_context else ()
     if entry.is_async:
-        return await entry.fn(*args, **kwargs)
+        value = await entry.fn(*args, **kwargs)
+        return await asyncio.to_thread(finish, value)
+
+    def call() -> ToolResponse:
+        return finish(entry.fn(*args, **kwargs))
+
     # Copy the context so a sync tool can still call temporalio.activity functions.
-    call: Callable[[], Any] = functools.partial(
-        contextvars.copy_context().run, entry.fn, *args, **kwargs
-    )
-    return await asyncio.get_running_loop().run_in_executor(_sync_executor(), call)
+    bound = functools.partial(contextvars.copy_context().run, call)
+    return await asyncio.get_running_loop().run_in_executor(_sync_executor(), bound)
 
 
 def _drain(task: asyncio.Future[Any]) -> None:

@@ -18,7 +18,8 @@ from temporalio.testing import ActivityEnvironment
 
 import tests.sample_tools as sample_tools
 from activities import tools as registry
-from activities.tool_run import describe_tools, run_tool
+from activities.store import ConversationStore
+from activities.tool_run import ToolActivities, describe_tools, run_tool
 from activities.tools import (
     ToolContext,
     ToolModuleError,
@@ -385,3 +386,44 @@ async def test_cancelling_a_running_sample_tool_raises() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert time.monotonic() - started < 1
+
+
+class _Backend:
+    """An in-memory blob backend that can be told to fail its writes."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.broken = False
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.broken:
+            raise OSError("disk full")
+        self.blobs[key] = data
+
+    def get(self, key: str) -> bytes:
+        return self.blobs[key]
+
+
+@pytest.mark.parametrize(
+    ("name", "tool_input"),
+    [("big", {"size": 40}), ("slow", {"seconds": 0.01, "label": "done"})],  # sync, async
+)
+async def test_tool_activity_stores_the_result_it_returns(
+    name: str, tool_input: dict[str, Any]
+) -> None:
+    backend = _Backend()
+    store = ConversationStore(backend)
+    request = make_request(name, tool_input)
+    response = await ActivityEnvironment().run(ToolActivities(store).run, request)
+    assert response.result is not None and response.result.status == "success"
+    assert response.digest is not None
+    stored = ConversationStore(backend).get_document(response.digest)
+    assert stored == {"toolResult": response.result.model_dump(mode="json")}
+
+
+async def test_a_store_failure_fails_the_attempt_instead_of_reaching_the_model() -> None:
+    backend = _Backend()
+    backend.broken = True
+    activities = ToolActivities(ConversationStore(backend))
+    with pytest.raises(OSError, match="disk full"):
+        await ActivityEnvironment().run(activities.run, make_request("big", {"size": 40}))
