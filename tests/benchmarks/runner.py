@@ -35,6 +35,11 @@ Usage::
         [--sessions 50 200] [--throughput-cycles 10] [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
         [--result-size 512] [--dynamic-config-value KEY=VALUE] [--markdown FILE]
+        [--profile DIR]
+
+``--profile DIR`` samples each worker process with py-spy (Python frames holding the GIL,
+250 Hz) into ``DIR/SYSTEM-PID.txt`` (collapsed stacks); ``python -m tests.benchmarks.stacks``
+summarises them.
 """
 
 from __future__ import annotations
