@@ -19,7 +19,9 @@ TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
 STORE_ERROR = "KeelStoreError"
 
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
-MODEL_HEARTBEAT = timedelta(seconds=30)
+# The activity heartbeats about once a second while the provider works (model_call.py), so
+# a dead worker's model call is noticed and retried after 10 s.
+MODEL_HEARTBEAT = timedelta(seconds=10)
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,

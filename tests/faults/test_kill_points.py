@@ -1,8 +1,8 @@
 """SIGKILL a worker process at every kill point and in a seeded random series; nothing is lost.
 
 All scenarios run at once against the session's dev server (each on its own task queue, with
-its own worker processes), so the suite pays for the slowest one: a model call, whose dead
-attempt is noticed after the model activity's 30 s heartbeat timeout. Figures are written to
+its own worker processes), so the suite pays for the slowest one: a dead activity is noticed
+after its 10 s heartbeat timeout. Figures are written to
 ``fault-figures.txt`` in the test's temporary directory and printed (visible with ``-s``);
 ``python -m tests.faults`` runs the same scenarios one at a time for clean figures.
 
