@@ -76,6 +76,9 @@ with workflow.unsafe.imports_passed_through():
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
+# Patch: opening an interrupt also upserts the memo ``keel_interrupts_opened`` (see
+# ``_open_interrupt``); histories without the marker open interrupts without it.
+INTERRUPT_MEMO = "keel-interrupt-memo"
 
 
 class _TurnCancelled(Exception):
@@ -490,6 +493,12 @@ class AgentSession(SessionHandlers):
             expires_at=expires.isoformat() if expires else None,
         )
         self._ledger.open_interrupt(record, interrupt)
+        if workflow.patched(INTERRUPT_MEMO):
+            # A workflow task that only opens interrupts would complete with no command, and
+            # on replay after a cache miss Temporal hands its events to the next task, with
+            # any decide/respond update of that task validated first: the interrupt would
+            # look unknown. A memo upsert is a command, so the task stands on its own.
+            workflow.upsert_memo({"keel_interrupts_opened": len(self._ledger.interrupts)})
         return interrupt
 
     async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:

@@ -351,3 +351,33 @@ async def test_steering_during_the_last_model_call_is_not_lost(
     assert [m["role"] for m in last_request] == ["user", "assistant", "user"]
     assert last_request[-1]["content"][0]["text"].endswith("also mention the weather")
     assert any(e.type == "steering_added" for e in state.events)
+
+
+async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    """The workflow task that opens an approval must not be empty.
+
+    A task that only opened interrupts completed with no command; replayed after a cache
+    miss (every task here: the test workers cache nothing), its events joined the next task,
+    whose decide update was validated before them, so the id looked unknown, every time. The
+    session now upserts a memo when it opens an interrupt (patch ``keel-interrupt-memo``).
+    """
+    async with run_worker():
+        for i in range(10):
+            target = tmp_path / f"out{i}.txt"
+            config = script(
+                [
+                    respond(
+                        tool_use("g1", "guarded_record", path=str(target), value="v"),
+                        stop="tool_use",
+                    ),
+                    respond(text("done")),
+                ]
+            )
+            session = sid()
+            waiting = await interrupted(keel, session, config)
+            await keel.decide(session, waiting.interrupts[0].id, "approve")
+            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+            assert done.status == "completed", (i, done)
+            assert lines(target) == ["v"]
