@@ -15,10 +15,16 @@ from temporalio.exceptions import ApplicationError
 from activities.context_window import context_window
 from activities.models import ModelError, resolve_model
 from activities.store import ConversationStore, StoreCorrupt, StoreError
+from activities.tools import ToolModuleError, specs_for_modules
 from workflows.boundary import merge_roles
 from workflows.contracts import ModelRequest, ModelResponse, PrefixRef, ToolSpec
 from workflows.messages import ContentBlock, Message
-from workflows.policies import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE, STORE_ERROR
+from workflows.policies import (
+    MODEL_ACTIVITY,
+    MODEL_ERROR_NON_RETRYABLE,
+    STORE_ERROR,
+    TOOL_REGISTRY_ERROR,
+)
 
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
@@ -69,17 +75,28 @@ class ModelActivities:
         """Use a store for conversation prefixes."""
         self.store = store
 
-    def _resolve(self, request: ModelRequest) -> tuple[ModelRequest, PrefixRef | None, str]:
+    def _resolve(
+        self, request: ModelRequest
+    ) -> tuple[ModelRequest, PrefixRef | None, str, list[ToolSpec] | None]:
         """Store what the request brings inline; the request as the model sees it.
 
         Returns:
             The request with the whole (windowed) conversation and the tool specs inline,
-            the new stored prefix, and the digest of the tool specs.
+            the new stored prefix, the digest of the tool specs, and the specs themselves
+            when the request asked for them to be described.
+
+        Raises:
+            StoreError: a stored object is missing or corrupted.
+            ToolModuleError: a module to describe has no tools on this worker.
         """
         tail = [self._filled(m, request.result_refs) for m in request.messages]
         history = [*self.store.load(request.prefix), *tail]
         stored = self.store.extend(request.prefix, tail)
-        if request.tools_digest is not None and not request.tools:
+        described: list[ToolSpec] | None = None
+        if request.describe_modules is not None:
+            tools = described = specs_for_modules(request.describe_modules)
+            digest = self.store.put_document([t.model_dump(mode="json") for t in tools])
+        elif request.tools_digest is not None and not request.tools:
             tools = TOOL_SPECS.validate_python(self.store.get_document(request.tools_digest))
             digest = request.tools_digest
         else:
@@ -91,9 +108,10 @@ class ModelActivities:
                 "messages": merge_roles(context_window(history, request.context_messages)),
                 "tools": tools,
                 "tools_digest": None,
+                "describe_modules": None,
             }
         )
-        return view, stored, digest
+        return view, stored, digest, described
 
     def _filled(self, message: Message, refs: dict[str, str]) -> Message:
         """The message with each referenced toolResult read back from the store."""
@@ -131,20 +149,24 @@ class ModelActivities:
 
         Raises:
             ApplicationError: non-retryable for failures retrying cannot fix (``ModelError``,
-                a missing or corrupted stored message); retryable for a stalled stream.
+                a missing or corrupted stored message, a tool module with no tools on this
+                worker); retryable for a stalled stream.
                 Other provider exceptions propagate and are retried by Temporal.
         """
         progress = _Progress()
 
-        def work() -> tuple[ModelResponse, PrefixRef | None, str]:
+        def work() -> tuple[ModelResponse, dict[str, object]]:
             # One thread does both: reading the store, then the provider's (blocking) call.
-            view, stored, tools_digest = self._resolve(request)
-            return resolve_model(view.model).converse(view, progress), stored, tools_digest
+            view, stored, tools_digest, described = self._resolve(request)
+            response = resolve_model(view.model).converse(view, progress)
+            return response, {"stored": stored, "tools_digest": tools_digest, "tools": described}
 
         try:
-            response, stored, tools_digest = await self._heartbeating(work, progress)
+            response, extra = await self._heartbeating(work, progress)
         except StoreError as err:
             raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
+        except ToolModuleError as err:
+            raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
         except ModelError as err:
             raise ApplicationError(
                 str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
@@ -162,7 +184,7 @@ class ModelActivities:
             request.cycle,
             response.stopReason,
         )
-        return response.model_copy(update={"stored": stored, "tools_digest": tools_digest})
+        return response.model_copy(update=extra)
 
     @staticmethod
     async def _heartbeating(work: Callable[[], _T], progress: _Progress) -> _T:

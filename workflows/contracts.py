@@ -386,7 +386,9 @@ class ModelRequest(KeelModel):
     message's content enters workflow history a constant number of times. Tool specs travel
     the same way: in full once (``tools``), then as ``tools_digest``; and a toolResult the
     tool activity already stored is sent with empty content, its digest in ``result_refs``
-    (by toolUseId).
+    (by toolUseId). A session's first model call names its tool modules instead
+    (``describe_modules``): the activity describes them from the worker's registry, uses the
+    specs and returns them, saving a ``keel.tools.describe`` round trip.
     """
 
     session_id: str
@@ -401,6 +403,7 @@ class ModelRequest(KeelModel):
     result_refs: dict[str, str] = Field(default_factory=dict)
     inference: InferenceConfig | None = None
     context_messages: int | None = None
+    describe_modules: list[str] | None = None
 
 
 class ModelResponse(KeelModel):
@@ -412,6 +415,7 @@ class ModelResponse(KeelModel):
         usage: tokens of this call.
         stored: the stored prefix now covering the request's prefix and messages.
         tools_digest: where the request's tool specs are stored.
+        tools: the specs the activity described, when the request named ``describe_modules``.
     """
 
     message: Message
@@ -419,6 +423,7 @@ class ModelResponse(KeelModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     stored: PrefixRef | None = None
     tools_digest: str | None = None
+    tools: list[ToolSpec] | None = None
 
 
 class ToolRequest(KeelModel):

@@ -76,6 +76,10 @@ with workflow.unsafe.imports_passed_through():
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
+# Patch: the first model call describes the session's tools (``describe_modules``) instead
+# of a ``keel.tools.describe`` activity before it. Histories without the marker keep the
+# activity, so sessions started before the change replay and carry on as they were.
+TOOLS_IN_MODEL_CALL = "keel-tools-in-model-call"
 # Patch: opening an interrupt also upserts the memo ``keel_interrupts_opened`` (see
 # ``_open_interrupt``); histories without the marker open interrupts without it.
 INTERRUPT_MEMO = "keel-interrupt-memo"
@@ -197,7 +201,8 @@ class AgentSession(SessionHandlers):
         ledger = self._ledger
         self._current = record
         try:
-            if self._tools is None:
+            if self._tools is None and not workflow.patched(TOOLS_IN_MODEL_CALL):
+                # a session started before the patch describes its tools in an activity
                 self._tools = await self._describe_tools()
             if self._cycle is not None:
                 await self._finish_cycle(record)
@@ -339,6 +344,7 @@ class AgentSession(SessionHandlers):
                 result_refs=refs,
                 tools=[] if self._tools_digest else self._tools or [],
                 tools_digest=self._tools_digest,
+                describe_modules=self._config.tool_modules if self._tools is None else None,
                 inference=self._config.inference,
                 context_messages=self._config.context_messages,
             ),
@@ -357,6 +363,8 @@ class AgentSession(SessionHandlers):
         if response.stored is not None:
             ledger.mark_stored(response.stored, sending)
         self._tools_digest = response.tools_digest
+        if self._tools is None:  # this call described the session's tools
+            self._tools = response.tools or []
         return response
 
     async def _finish_cycle(self, record: TurnRecord) -> None:

@@ -360,8 +360,8 @@ async def test_worker_service_health_metrics_traces_logs_and_graceful_stop(
         for e in history.events
         if e.HasField("activity_task_completed_event_attributes")
     ]
-    # describe tools, model, echo, model; then model, record and slow in turn 2
-    assert len(completed) == len(started) == 7
+    # model (describing the tools too), echo, model; then model, record and slow in turn 2
+    assert len(completed) == len(started) == 6
     assert all(s.attempt == 1 for s in started)
 
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]

@@ -184,7 +184,8 @@ async def test_question_across_continue_as_new(
 ) -> None:
     config = script(
         [
-            respond(tool_use("e1", "echo", text="warm up"), stop="tool_use"),
+            respond(tool_use("e0", "echo", text="warm up"), stop="tool_use"),
+            respond(tool_use("e1", "echo", text="warm up more"), stop="tool_use"),
             respond(tool_use("p1", "pick_account", query="x"), stop="tool_use"),
             respond(text("done")),
         ],
@@ -203,7 +204,7 @@ async def test_question_across_continue_as_new(
         state = await keel.state(session)
     assert state.run > 1
     assert done.status == "completed"
-    assert result_texts(state.messages[4]) == [("p1", "success", "using carried")]
+    assert result_texts(state.messages[6]) == [("p1", "success", "using carried")]
 
 
 @pytest.mark.parametrize(
@@ -263,3 +264,34 @@ async def test_unknown_policy_denies_with_a_clear_reason(
         state = await keel.state(session)
     [(_, status, body)] = result_texts(state.messages[2])
     assert status == "error" and "tool policy 'no-such-policy' is not registered" in body
+
+
+async def test_an_answer_sent_as_soon_as_the_question_shows_is_taken(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    """Every answer to a question the session shows is taken.
+
+    The workflow task that opened the question used to have no command; replayed after a
+    cache miss (every task here), its events joined the next task, whose respond update was
+    validated before them: the id looked unknown, every time (1 run in 8 of this shape). The
+    session now upserts a memo when it opens an interrupt (patch ``keel-interrupt-memo``).
+    """
+    async with run_worker():
+        for i in range(15):
+            runs = tmp_path / f"runs{i}.txt"
+            config = script(
+                [
+                    respond(
+                        tool_use("r1", "record", path=str(tmp_path / f"free{i}.txt"), value="x"),
+                        tool_use("p1", "pick_account", query="food", log=str(runs)),
+                        stop="tool_use",
+                    ),
+                    respond(text("done")),
+                ]
+            )
+            session = sid()
+            ack = await keel.prompt(session, "buy food", config=config)
+            asked = await waiting(keel, session, ack.turn_id)
+            await keel.respond(session, asked.interrupts[0].id, "checking")
+            done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+            assert done.status == "completed", (i, done)

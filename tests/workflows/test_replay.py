@@ -62,7 +62,16 @@ async def test_recorded_history_replays(path: Path) -> None:
     await _replayer(AgentSession).replay_workflow(_load(path))
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=IDS)
+# The change below adds a timer before each model call: a run that made none (one that
+# continued-as-new after its turn and then only waited) cannot show it.
+WITH_MODEL_CALLS = [p for p in RECORDED if '"keel.model.converse"' in p.read_text()]
+
+
+@pytest.mark.parametrize(
+    "path",
+    WITH_MODEL_CALLS,
+    ids=[str(p.relative_to(HISTORIES).with_suffix("")) for p in WITH_MODEL_CALLS],
+)
 async def test_incompatible_change_fails_replay(path: Path) -> None:
     with pytest.raises(NondeterminismError):
         await _replayer(ReorderedSession).replay_workflow(_load(path))
