@@ -76,6 +76,15 @@ async def test_two_cycle_tool_turn(
     assert len(requests) == 2
     assert requests[0]["system"] == "be brief"
     assert [t["toolSpec"]["name"] for t in requests[0]["tools"]].count("echo") == 1
+    assert requests[1]["tools"] == requests[0]["tools"]  # by digest the second time
+    # the first model call described the tools: no keel.tools.describe activity
+    history = await keel.client.get_workflow_handle(session).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["keel.model.converse", "keel.tool.run", "keel.model.converse"]
     # the second call sees the tool result the first one asked for
     assert requests[1]["messages"][2]["content"][0]["toolResult"]["toolUseId"] == "t1"
     kinds = [e.type for e in state.events]
@@ -427,6 +436,22 @@ async def test_start_input_with_orphan_tool_result_fails_clearly(
         with pytest.raises(WorkflowFailureError) as caught:
             await handle.result()
     assert "orphan toolResult 'ghost'" in str(caught.value.cause)
+
+
+async def test_a_tool_module_the_worker_lacks_fails_the_turn_clearly(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    config = script([respond(text("never"))], tool_modules=["tests.no_such_tools"])
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "hi", config=config, timeout_s=30)
+        retry = await keel.run(session, "again", timeout_s=30)
+    assert record.status == "failed" and retry.status == "failed"
+    assert record.error is not None
+    assert "tool module 'tests.no_such_tools' is not loaded on this worker" in record.error
+    history = await keel.client.get_workflow_handle(session).fetch_history()
+    started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
+    assert [e.activity_task_started_event_attributes.attempt for e in started] == [1, 1]
 
 
 async def test_unknown_model_spec_fails_the_turn_clearly(keel: KeelClient, run_worker: Any) -> None:
