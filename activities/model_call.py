@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -74,6 +75,11 @@ class ModelActivities:
     def __init__(self, store: ConversationStore) -> None:
         """Use a store for conversation prefixes."""
         self.store = store
+        # Tool specs by digest, validated once: a session sends the same digest every call.
+        self._specs = functools.lru_cache(maxsize=256)(self._load_specs)
+
+    def _load_specs(self, digest: str) -> list[ToolSpec]:
+        return TOOL_SPECS.validate_python(self.store.get_document(digest))
 
     def _resolve(
         self, request: ModelRequest
@@ -97,7 +103,7 @@ class ModelActivities:
             tools = described = specs_for_modules(request.describe_modules)
             digest = self.store.put_document([t.model_dump(mode="json") for t in tools])
         elif request.tools_digest is not None and not request.tools:
-            tools = TOOL_SPECS.validate_python(self.store.get_document(request.tools_digest))
+            tools = self._specs(request.tools_digest)
             digest = request.tools_digest
         else:
             tools = request.tools
@@ -131,7 +137,9 @@ class ModelActivities:
                     )
                 block = stored
             content.append(block)
-        return Message(role=message.role, content=content)
+        if all(new is old for new, old in zip(content, message.content, strict=True)):
+            return message  # no block of it was sent by reference
+        return message.model_copy(update={"content": content})
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def converse(self, request: ModelRequest) -> ModelResponse:
