@@ -25,22 +25,20 @@ from worker.assembly import sandbox_runner
 from worker.follow import StreamedText, event_line, progress_line
 from worker.sessions import KeelClient, ModelStream
 from workflows.contracts import (
-    DescribeToolsInput,
-    DescribeToolsResult,
     Event,
     ModelRequest,
     ModelResponse,
     SessionConfig,
     TurnRecord,
 )
-from workflows.policies import DESCRIBE_TOOLS_ACTIVITY, MODEL_ACTIVITY
+from workflows.policies import MODEL_ACTIVITY
 from workflows.session import AgentSession
 
 
 class StreamingModel:
     """A model activity that streams whatever text the test sets, until cancelled.
 
-    The session gets no tools (``no_tools``), so no tool activity is needed.
+    It never answers, so the session never runs a tool and needs no tool activity.
     """
 
     def __init__(self) -> None:
@@ -55,11 +53,6 @@ class StreamingModel:
             await asyncio.sleep(0.1)
 
 
-@activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
-async def no_tools(request: DescribeToolsInput) -> DescribeToolsResult:
-    return DescribeToolsResult(tools=[])
-
-
 @pytest.fixture
 async def streaming(client: Client, task_queue: str) -> AsyncIterator[StreamingModel]:
     model = StreamingModel()
@@ -67,7 +60,7 @@ async def streaming(client: Client, task_queue: str) -> AsyncIterator[StreamingM
         client,
         task_queue=task_queue,
         workflows=[AgentSession],
-        activities=[model.converse, no_tools],
+        activities=[model.converse],
         workflow_runner=sandbox_runner(),
         max_heartbeat_throttle_interval=timedelta(seconds=0.3),
         graceful_shutdown_timeout=timedelta(seconds=1),
