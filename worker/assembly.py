@@ -11,7 +11,6 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 from temporalio.worker import Interceptor, Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
@@ -19,18 +18,12 @@ from activities.tool_run import ToolActivities, describe_tools
 from activities.tools import load_tool_modules
 from worker.interceptors import KeelInterceptor
 from worker.payloads import DATA_CONVERTER
+from worker.sandbox import sandbox_runner
 from worker.settings import Settings
 from workflows.session import AgentSession
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-
-# Modules shared with the sandbox instead of re-imported for every workflow run: pydantic, and
-# all of ``workflows`` (pure by rule: no I/O, clocks, randomness or environment reads, and no
-# module-level state that changes). Passing ``workflows.session`` through too saves importing
-# it for each new run; its determinism is proven by replaying recorded histories in CI rather
-# than by the sandbox's import checks.
-PASSTHROUGH_MODULES = ("pydantic", "pydantic_core", "annotated_types", "workflows")
 
 
 async def connect(
@@ -60,13 +53,6 @@ async def connect(
         api_key=api_key,
         rpc_metadata=dict(rpc_metadata or {}),
         runtime=runtime,
-    )
-
-
-def sandbox_runner() -> SandboxedWorkflowRunner:
-    """The workflow sandbox with Keel's pure modules passed through."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
 
 

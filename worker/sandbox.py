@@ -1,0 +1,85 @@
+"""Keel's workflow sandbox: temporalio's, with its code strings compiled once.
+
+temporalio's sandbox enters a workflow run by ``exec`` of a short code string: once per
+activation, and once per payload the SDK's payload visitor meets (to ask the run for the
+payload's serialization context), on the way in and on the way out. ``exec`` of a string
+compiles it every time, about 16 µs each here, which was a tenth of a Keel worker's CPU under
+load. ``CompiledSandboxRunner`` is the same sandbox, with the same restrictions and the same
+code run in the same globals; each of those strings is only compiled once per process.
+
+The sandbox's instance class is private to temporalio (``workflow_sandbox._runner._Instance``).
+If a temporalio release moves it, ``compiled_code_active`` says so and the worker uses the
+stock sandbox; ``tests/worker/test_sandbox.py`` fails then, so the change is noticed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import CodeType
+from typing import Any
+
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+logger = logging.getLogger(__name__)
+
+try:
+    from temporalio.worker.workflow_sandbox import _runner
+except ImportError:  # pragma: no cover - a temporalio release without it
+    _runner = None  # type: ignore[assignment]
+# Typed as Any: a private class of temporalio, which may not be there.
+_Instance: Any = getattr(_runner, "_Instance", None)
+
+# Modules shared with the sandbox instead of re-imported for every workflow run: pydantic, and
+# all of ``workflows`` (pure by rule: no I/O, clocks, randomness or environment reads, and no
+# module-level state that changes). Passing ``workflows.session`` through too saves importing
+# it for each new run; its determinism is proven by replaying recorded histories in CI and by
+# ``tests/workflows/test_purity.py`` rather than by the sandbox's import checks.
+PASSTHROUGH_MODULES = ("pydantic", "pydantic_core", "annotated_types", "workflows")
+
+# The sandbox runs a handful of distinct strings (enter a run, activate, get a payload's
+# serialization context or storage context); a few more per workflow class.
+_CODE_CACHE = 64
+
+
+@functools.lru_cache(maxsize=_CODE_CACHE)
+def compiled(code: str) -> CodeType:
+    """``code`` compiled as ``exec`` of the string would compile it."""
+    return compile(code, "<string>", "exec")
+
+
+def compiled_code_active() -> bool:
+    """Whether this temporalio has the sandbox instance whose code strings are cached."""
+    return _Instance is not None and callable(getattr(_Instance, "_run_code", None))
+
+
+if _Instance is not None:
+
+    class _CompiledInstance(_Instance):  # type: ignore[misc]
+        """temporalio's sandboxed run; its code strings are compiled once per process."""
+
+        def _run_code(self, code: str, **extra_globals: Any) -> None:
+            super()._run_code(compiled(code), **extra_globals)
+
+
+class CompiledSandboxRunner(SandboxedWorkflowRunner):
+    """temporalio's ``SandboxedWorkflowRunner``, with code strings compiled once."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        """A sandboxed run, as ``SandboxedWorkflowRunner`` makes it."""
+        if not compiled_code_active():
+            return super().create_instance(det)
+        return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
+def sandbox_runner() -> CompiledSandboxRunner:
+    """The sandbox: default restrictions, Keel's ``PASSTHROUGH_MODULES`` shared by all runs."""
+    if not compiled_code_active():
+        logger.warning(
+            "temporalio's sandbox instance class has moved: using the stock sandbox, which "
+            "compiles its code strings on every activation and payload"
+        )
+    return CompiledSandboxRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
