@@ -22,7 +22,7 @@ from temporalio.worker import Worker
 
 from activities.models import PROVIDERS
 from activities.store import open_store
-from worker.assembly import build_worker, sandbox_runner
+from worker.assembly import build_worker
 from worker.console import (
     EXIT_OK,
     EXIT_WAITING,
@@ -40,6 +40,7 @@ from worker.console import (
 from worker.devserver import DevServer
 from worker.follow import Follower
 from worker.runtime import Runtime, connect_configured, open_runtime
+from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, RequestRejected
 from worker.settings import Settings
 from workflows.boundary import InputRejected, normalise_history

@@ -366,7 +366,7 @@ class KeelSystem(System):
         await handle.signal("close", CloseInput(reason="benchmark"))
 
     def replayer(self) -> Replayer:
-        from worker.assembly import sandbox_runner
+        from worker.sandbox import sandbox_runner
         from workflows.session import AgentSession
 
         return Replayer(

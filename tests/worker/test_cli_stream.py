@@ -21,8 +21,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.worker.conftest import ROOT, keel_env
-from worker.assembly import sandbox_runner
 from worker.follow import StreamedText, event_line, progress_line
+from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, ModelStream
 from workflows.contracts import (
     Event,

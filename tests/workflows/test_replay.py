@@ -14,8 +14,8 @@ from temporalio.workflow import NondeterminismError
 
 import tests.sample_tools  # noqa: F401 - the policies the recorded sessions used, as on their worker
 from tests.conftest import HISTORIES, respond, text, tool_use
-from worker.assembly import sandbox_runner
 from worker.payloads import DATA_CONVERTER
+from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient
 from workflows.contracts import ModelResponse, SessionInput, SessionResult, TurnRecord
 from workflows.session import AgentSession
