@@ -76,7 +76,8 @@ def build_worker(
             ``worker.telemetry.tracer_provider``): trace workflows and activities with
             temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
             spans. None: no tracing; log records still carry session, turn and cycle.
-        **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``).
+        **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``;
+            ``workflow_runner`` replaces Keel's sandbox).
 
     Raises:
         ToolModuleError: a tool module cannot be imported.
@@ -88,6 +89,7 @@ def build_worker(
     # Send heartbeats (which carry streamed model text for watchers) at most once a second
     # instead of every 0.8 x heartbeat timeout.
     options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
+    options.setdefault("workflow_runner", sandbox_runner())
     options["interceptors"] = [
         *_tracing_interceptors(tracer_provider),
         *options.get("interceptors", ()),
@@ -97,7 +99,6 @@ def build_worker(
         task_queue=task_queue,
         workflows=[AgentSession],
         activities=[ModelActivities(store).converse, ToolActivities(store).run, describe_tools],
-        workflow_runner=sandbox_runner(),
         **options,
     )
 

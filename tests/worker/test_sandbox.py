@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from tests.conftest import HISTORIES
+import worker.sandbox as sandbox
+from tests.conftest import HISTORIES, SAMPLE_TOOLS, respond, text, tool_use
 from tests.fakes.clock_workflow import ReadsTheClock
 from tests.workflows.test_replay import RECORDED, _load
 from worker.payloads import DATA_CONVERTER
-from worker.sandbox import compiled, compiled_code_active, sandbox_runner
+from worker.sandbox import (
+    PASSTHROUGH_MODULES,
+    CompiledSandboxRunner,
+    compiled,
+    compiled_code_active,
+    sandbox_runner,
+)
+from worker.sessions import KeelClient
 from workflows.session import AgentSession
 
 
@@ -52,3 +62,60 @@ async def test_the_sandbox_still_refuses_the_wall_clock(client: Client, task_que
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
     assert "datetime.datetime.now" in str(failed.value.cause)
+
+
+class _CheckedInstance(sandbox._CompiledInstance):  # type: ignore[name-defined, misc]
+    """Answers as Keel's sandbox does, and records the stock sandbox's answer beside it."""
+
+    answers: list[tuple[Any, Any]] = []
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        ours = super().get_serialization_context(command_info)
+        stock = super(sandbox._CompiledInstance, self).get_serialization_context(command_info)
+        self.answers.append((ours, stock))
+        return ours
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        ours = super().get_external_store_context(command_info)
+        stock = super(sandbox._CompiledInstance, self).get_external_store_context(command_info)
+        self.answers.append((ours, stock))
+        return ours
+
+
+class _CheckedRunner(CompiledSandboxRunner):
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _CheckedInstance(det, self.runner_class, self.restrictions)
+
+
+async def test_payload_contexts_asked_outside_the_sandbox_are_the_sandboxed_answers(
+    client: Client, task_queue: str, keel: KeelClient, script: Any
+) -> None:
+    from worker.assembly import build_worker
+
+    runner = _CheckedRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
+    config = script(
+        [
+            respond(
+                tool_use("t1", "echo", text="a"), tool_use("t2", "add", a=1, b=2), stop="tool_use"
+            ),
+            respond(text("done")),
+        ]
+    )
+    _CheckedInstance.answers.clear()
+    worker = build_worker(
+        client,
+        task_queue,
+        [SAMPLE_TOOLS],
+        store=keel.store,
+        max_cached_workflows=0,
+        workflow_runner=runner,
+    )
+    async with worker:
+        record = await keel.run(f"ctx-{uuid.uuid4().hex[:8]}", "go", config=config, timeout_s=30)
+    assert record.status == "completed"
+    kinds = {type(ours).__name__ for ours, _ in _CheckedInstance.answers}
+    # activity payloads (the model and tool calls) and the run's own (its input, updates)
+    assert {"ActivitySerializationContext", "WorkflowSerializationContext"} <= kinds
+    assert all(ours == stock for ours, stock in _CheckedInstance.answers)
