@@ -19,7 +19,9 @@ ends with one more model call that answers with text):
 - ``history_bytes_per_cycle[cycles=N]``: protobuf bytes of the session's history (every
   run) for N cycles, minus those of a session of 0 cycles (``history_bytes_fixed``), over N.
 - ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
-  once: cycles completed per second, first start to last result.
+  once: cycles completed per second, first start to last result. Beside it, the worker's
+  CPU per cycle in that run, and the dev server's (``server_cpu_per_cycle``; only when the
+  runner started the server): on 2 cores, the two share the machine.
 - ``replay[cycles=N]``: median time of ``Replayer.replay_workflow`` on the history of an
   N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
 - ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
@@ -432,8 +434,10 @@ class Bench:
         workdir: Path,
         keel_client: Client,
         floor_client: Client,
+        server_pid: int | None = None,
     ) -> None:
         self.options = options
+        self.server_pid = server_pid
         self.report = report
         self.address = address
         self.workdir = workdir
@@ -576,10 +580,12 @@ class Bench:
         o = self.options
         rate: dict[str, float] = {}
         cpu: dict[str, float] = {}
+        server_cpu: dict[str, float] = {}
         for name in order:
             system, proc = systems[name], procs[name]
             await asyncio.sleep(1)  # let the server settle after the previous phase
             cpu_before = proc.cpu()
+            server_before = cpu_seconds(self.server_pid) if self.server_pid else 0.0
             started = time.monotonic()
             await asyncio.gather(
                 *(system.run(o.throughput_cycles, f"tp{sessions}") for _ in range(sessions))
@@ -588,10 +594,19 @@ class Bench:
             cycles = sessions * o.throughput_cycles
             rate[name] = cycles / elapsed
             cpu[name] = (proc.cpu() - cpu_before) / cycles * 1000
+            if self.server_pid:
+                server_cpu[name] = (cpu_seconds(self.server_pid) - server_before) / cycles * 1000
         self.report.add(f"throughput[sessions={sessions}]", "cycles/s", rate["keel"], rate["floor"])
         self.report.add(
             f"worker_cpu_per_cycle[sessions={sessions}]", "ms", cpu["keel"], cpu["floor"]
         )
+        if server_cpu:
+            self.report.add(
+                f"server_cpu_per_cycle[sessions={sessions}]",
+                "ms",
+                server_cpu["keel"],
+                server_cpu["floor"],
+            )
 
     async def replay(self, systems: dict[str, System]) -> None:
         o = self.options
@@ -702,7 +717,8 @@ async def run(
         try:
             keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
             floor_client = await Client.connect(address)
-            bench = Bench(options, report, address, workdir, keel_client, floor_client)
+            server_pid = server.process.pid if server and server.process else None
+            bench = Bench(options, report, address, workdir, keel_client, floor_client, server_pid)
             await bench.run_all()
         finally:
             if server is not None:
