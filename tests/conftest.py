@@ -17,13 +17,18 @@ from temporalio.worker import Worker
 
 from activities.store import ConversationStore, open_store
 from worker.assembly import build_worker
-from worker.devserver import find_temporal_cli
+from worker.devserver import find_temporal_cli, free_ports
 from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 
 HISTORIES = Path(__file__).parent / "histories"
 SAMPLE_TOOLS = "tests.sample_tools"
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    return free_ports(1)[0]
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ import socket
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +55,26 @@ _RETRY_PAUSE_S = 0.2
 
 class DevServerError(RuntimeError):
     """The embedded Temporal dev server could not be found, started or reached."""
+
+
+async def terminate(process: asyncio.subprocess.Process, grace_s: float) -> bool:
+    """Stop a child process: SIGTERM, then SIGKILL after ``grace_s``; wait for it to exit.
+
+    Returns:
+        True when it had to be killed.
+    """
+    if process.returncode is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), timeout=grace_s)
+        return False
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        return True
 
 
 def find_temporal_cli() -> str | None:
@@ -118,7 +139,7 @@ async def address_reachable(address: str, timeout_s: float = 1.0) -> bool:
     return True
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Pick distinct free TCP ports on the loopback interface by binding port 0."""
     sockets: list[socket.socket] = []
     try:
@@ -152,7 +173,7 @@ class DevServer:
 
     Use it as an async context manager, or call :meth:`start` and :meth:`stop`. The SQLite
     file ``temporal.db`` and the server log ``temporal.log`` live in the data directory; a
-    later server on the same directory sees the same workflows.
+    later server on the same directory sees the same workflows (unless ``in_memory``).
 
     The server runs in its own session, so a Ctrl-C in the terminal reaches only the Python
     process, which can then shut its workers down before calling :meth:`stop`.
@@ -170,6 +191,8 @@ class DevServer:
         log_level: str = "warn",
         startup_timeout_s: float = 30.0,
         stop_grace_s: float = 10.0,
+        in_memory: bool = False,
+        dynamic_config: Sequence[str] = (),
     ) -> None:
         """Configure the server; nothing is started until :meth:`start`.
 
@@ -185,6 +208,9 @@ class DevServer:
             log_level: Server log level: debug, info, warn, error or never.
             startup_timeout_s: How long :meth:`start` waits for the server to accept clients.
             stop_grace_s: How long :meth:`stop` waits after SIGTERM before sending SIGKILL.
+            in_memory: Keep the server's state in memory (lost when it stops) instead of in
+                ``temporal.db``; the log still goes to the data directory.
+            dynamic_config: ``key=value`` settings for ``--dynamic-config-value``.
         """
         self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
         self.namespace = namespace
@@ -192,9 +218,11 @@ class DevServer:
         self.log_level = log_level
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.in_memory = in_memory
+        self.dynamic_config = tuple(dynamic_config)
         self._cli = cli
         missing = (port is None) + (ui and ui_port is None)
-        chosen = iter(_free_ports(missing))
+        chosen = iter(free_ports(missing))
         self.port: int = port if port is not None else next(chosen)
         self.ui_port: int | None = None
         if ui:
@@ -230,6 +258,11 @@ class DevServer:
         return self.data_dir / "server.json"
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._process.pid if self.running and self._process else None
+
+    @property
     def running(self) -> bool:
         """Whether the server process was started and has not exited."""
         return self._process is not None and self._process.returncode is None
@@ -257,13 +290,15 @@ class DevServer:
             HOST,
             "--port",
             str(self.port),
-            "--db-filename",
-            str(self.db_path),
             "--namespace",
             self.namespace,
             "--log-level",
             self.log_level,
         ]
+        if not self.in_memory:
+            command += ["--db-filename", str(self.db_path)]
+        for value in self.dynamic_config:
+            command += ["--dynamic-config-value", value]
         if self.ui_port is None:
             command.append("--headless")
         else:
@@ -383,19 +418,12 @@ class DevServer:
                 logger.info(
                     "stopping Temporal dev server at %s (pid %s)", self.address, process.pid
                 )
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(process.wait(), timeout=self.stop_grace_s)
-                except TimeoutError:
+                if await terminate(process, self.stop_grace_s):
                     logger.warning(
-                        "Temporal dev server (pid %s) ignored SIGTERM for %s s; killing it",
+                        "Temporal dev server (pid %s) ignored SIGTERM for %s s; killed it",
                         process.pid,
                         self.stop_grace_s,
                     )
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()
             logger.debug("Temporal dev server exited with code %s", process.returncode)
         finally:
             self._process = None

@@ -19,8 +19,10 @@ ends with one more model call that answers with text):
 - ``history_bytes_per_cycle[cycles=N]``: protobuf bytes of the session's history (every
   run) for N cycles, minus those of a session of 0 cycles (``history_bytes_fixed``), over N.
 - ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
-  once: cycles completed per second, first start to last result. Beside it, the worker's
-  CPU per cycle in that run, and the dev server's (``server_cpu_per_cycle``; only when the
+  once: cycles completed per second, first start to last result; the median of
+  ``--throughput-repeats`` runs per system, taken in ABBA order (Keel, floor, floor, Keel, ...)
+  so that a drift of the machine or the server does not favour either. Beside it, the worker's
+  CPU per cycle in those runs (median), and the dev server's (``server_cpu_per_cycle``; only when the
   runner started the server): on 2 cores, the two share the machine.
 - ``replay[cycles=N]``: median time of ``Replayer.replay_workflow`` on the history of an
   N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
@@ -34,7 +36,8 @@ server's transfer queue (at most 20 a second), about 50 ms per round trip for bo
 Usage::
 
     python -m tests.benchmarks [--persistence memory|sqlite] [--stock-server]
-        [--sessions 50 200] [--throughput-cycles 10] [--latency-cycles 20] [--repeats 5]
+        [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 3]
+        [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
         [--result-size 512] [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR]
@@ -71,8 +74,9 @@ from temporalio.worker import Replayer
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
-from tests.benchmarks.server import PERSISTENCE, BenchServer
+from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.conftest import run_histories
+from worker.devserver import DevServer, terminate
 from worker.payloads import DATA_CONVERTER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +99,7 @@ class Options:
     history_cycles: list[int] = field(default_factory=lambda: [10, 100, 300])
     sessions: list[int] = field(default_factory=lambda: [50, 200])
     throughput_cycles: int = 10
+    throughput_repeats: int = 3
     replay_cycles: int = 200
     replay_repeats: int = 3
     memory_sessions: int = 100
@@ -247,16 +252,8 @@ class WorkerProcess:
             profiler.send_signal(signal.SIGINT)  # py-spy writes its samples and exits
             await asyncio.wait_for(profiler.wait(), timeout=60)
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), timeout=30)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+        if process is not None:
+            await terminate(process, grace_s=30)
 
 
 # ----------------------------------------------------------------------------- the two systems
@@ -577,35 +574,47 @@ class Bench:
         sessions: int,
         order: tuple[str, ...] = SYSTEMS,
     ) -> None:
+        """``--throughput-repeats`` runs per system, in ABBA order; the medians are reported."""
         o = self.options
-        rate: dict[str, float] = {}
-        cpu: dict[str, float] = {}
-        server_cpu: dict[str, float] = {}
-        for name in order:
-            system, proc = systems[name], procs[name]
-            await asyncio.sleep(1)  # let the server settle after the previous phase
-            cpu_before = proc.cpu()
-            server_before = cpu_seconds(self.server_pid) if self.server_pid else 0.0
-            started = time.monotonic()
-            await asyncio.gather(
-                *(system.run(o.throughput_cycles, f"tp{sessions}") for _ in range(sessions))
-            )
-            elapsed = time.monotonic() - started
-            cycles = sessions * o.throughput_cycles
-            rate[name] = cycles / elapsed
-            cpu[name] = (proc.cpu() - cpu_before) / cycles * 1000
-            if self.server_pid:
-                server_cpu[name] = (cpu_seconds(self.server_pid) - server_before) / cycles * 1000
-        self.report.add(f"throughput[sessions={sessions}]", "cycles/s", rate["keel"], rate["floor"])
+        rate: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        server_cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        for repeat in range(o.throughput_repeats):
+            for name in order if repeat % 2 == 0 else order[::-1]:
+                system, proc = systems[name], procs[name]
+                await asyncio.sleep(1)  # let the server settle after the previous phase
+                cpu_before = proc.cpu()
+                server_before = cpu_seconds(self.server_pid) if self.server_pid else 0.0
+                started = time.monotonic()
+                await asyncio.gather(
+                    *(system.run(o.throughput_cycles, f"tp{sessions}") for _ in range(sessions))
+                )
+                elapsed = time.monotonic() - started
+                cycles = sessions * o.throughput_cycles
+                rate[name].append(cycles / elapsed)
+                cpu[name].append((proc.cpu() - cpu_before) / cycles * 1000)
+                if self.server_pid:
+                    server = cpu_seconds(self.server_pid) - server_before
+                    server_cpu[name].append(server / cycles * 1000)
+        median = statistics.median
         self.report.add(
-            f"worker_cpu_per_cycle[sessions={sessions}]", "ms", cpu["keel"], cpu["floor"]
+            f"throughput[sessions={sessions}]",
+            "cycles/s",
+            median(rate["keel"]),
+            median(rate["floor"]),
         )
-        if server_cpu:
+        self.report.add(
+            f"worker_cpu_per_cycle[sessions={sessions}]",
+            "ms",
+            median(cpu["keel"]),
+            median(cpu["floor"]),
+        )
+        if self.server_pid:
             self.report.add(
                 f"server_cpu_per_cycle[sessions={sessions}]",
                 "ms",
-                server_cpu["keel"],
-                server_cpu["floor"],
+                median(server_cpu["keel"]),
+                median(server_cpu["floor"]),
             )
 
     async def replay(self, systems: dict[str, System]) -> None:
@@ -691,15 +700,15 @@ async def run(
     """
     report = Report(out)
     with _workdir() as workdir:
-        server: BenchServer | None = None
+        server: DevServer | None = None
         if address is None:
             dynamic = list(options.dynamic_config)
             if not options.stock_server:
                 dynamic.insert(0, FAST_DISPATCH)
-            server = BenchServer(options.persistence, workdir / "server", tuple(dynamic))
-            await server.__aenter__()
+            server = bench_server(options.persistence, workdir / "server", tuple(dynamic))
+            await server.start()
             address = server.address
-            report.note(f"server: {server.describe()}")
+            report.note(f"server: {describe(server)}")
         else:
             report.note(
                 f"server: existing Temporal at {address}, persistence={options.persistence}"
@@ -717,7 +726,7 @@ async def run(
         try:
             keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
             floor_client = await Client.connect(address)
-            server_pid = server.process.pid if server and server.process else None
+            server_pid = server.pid if server else None
             bench = Bench(options, report, address, workdir, keel_client, floor_client, server_pid)
             await bench.run_all()
         finally:
@@ -740,6 +749,12 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--history-cycles", type=int, nargs="+", default=d.history_cycles)
     parser.add_argument("--sessions", type=int, nargs="*", default=d.sessions)
     parser.add_argument("--throughput-cycles", type=int, default=d.throughput_cycles)
+    parser.add_argument(
+        "--throughput-repeats",
+        type=int,
+        default=d.throughput_repeats,
+        help="runs per system and level, alternating which goes first; medians reported",
+    )
     parser.add_argument("--replay-cycles", type=int, default=d.replay_cycles)
     parser.add_argument("--replay-repeats", type=int, default=d.replay_repeats)
     parser.add_argument(

@@ -8,10 +8,16 @@ does not grow with the number of cycles while the floor's does.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
 from tests.benchmarks.runner import Options, run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FIGURES = [
     "cycle_latency",
@@ -49,6 +55,7 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         history_cycles=[10, 40],
         sessions=[3],
         throughput_cycles=2,
+        throughput_repeats=1,
         replay_cycles=5,
         replay_repeats=1,
         memory_sessions=3,
@@ -68,3 +75,33 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     floor_10 = figures["floor.history_bytes_per_cycle[cycles=10]"][0]
     floor_40 = figures["floor.history_bytes_per_cycle[cycles=40]"][0]
     assert floor_40 > 1.5 * floor_10, (floor_10, floor_40)
+
+
+def test_the_command_starts_its_own_server_and_reports_its_cpu(tmp_path: Path) -> None:
+    # As README says to run it, tiny: the runner starts (and stops) its own dev server.
+    command = [sys.executable, "-m", "tests.benchmarks", *TINY, "--markdown", "table.md"]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    server = next(line for line in lines if line.startswith("# server:"))
+    assert "persistence=memory" in server and "transferProcessorMaxPollRPS=1000" in server
+    figures = parse(lines)
+    for system in ("keel", "floor", "ratio"):
+        assert f"{system}.server_cpu_per_cycle[sessions=2]" in figures, done.stdout
+        assert figures[f"{system}.server_cpu_per_cycle[sessions=2]"][0] > 0
+    assert "server_cpu_per_cycle[sessions=2]" in (tmp_path / "table.md").read_text()
+
+
+TINY = [
+    *("--repeats", "1", "--latency-cycles", "2", "--history-cycles", "5"),
+    *("--sessions", "2", "--throughput-cycles", "2", "--throughput-repeats", "1"),
+    *("--replay-cycles", "3", "--replay-repeats", "1", "--memory-sessions", "0"),
+]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    return env

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, free_port, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel, keel_env, write_script
 
 
@@ -38,12 +37,6 @@ def test_missing_scripted_file_and_aws_credentials_in_embedded_mode(tmp_path: Pa
     no_creds = keel("run", "--model", "bedrock:anthropic.claude-x", "hi", env=env, cwd=tmp_path)
     assert no_creds.returncode == 2
     assert "no AWS credentials found for bedrock:" in no_creds.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> None:

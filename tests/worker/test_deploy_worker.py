@@ -26,7 +26,7 @@ from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, free_port, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel, keel_env, write_script
 from worker.sessions import KeelClient
 from worker.settings import ConfigError, Settings, WorkerSettings
@@ -34,12 +34,6 @@ from workflows.contracts import SessionConfig
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(url: str) -> tuple[int, str]:

@@ -13,9 +13,9 @@ from worker import devserver
 from worker.devserver import (
     DevServer,
     DevServerError,
-    _free_ports,
     address_reachable,
     find_temporal_cli,
+    free_ports,
 )
 
 
@@ -108,5 +108,5 @@ async def test_cli_env_var_is_read_at_call_time(
 
 
 async def test_address_reachable_closed_port() -> None:
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     assert not await address_reachable(f"127.0.0.1:{port}", timeout_s=0.5)

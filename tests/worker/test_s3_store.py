@@ -5,7 +5,6 @@ Two worker processes share it, and one conversation spans several runs.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -20,19 +19,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.store import StoreMissing, open_store
 from activities.store import s3 as s3_backend
-from tests.conftest import SAMPLE_TOOLS, respond, run_histories, text, tool_use
+from tests.conftest import SAMPLE_TOOLS, free_port, respond, run_histories, text, tool_use
 from tests.worker.conftest import ROOT, keel_env, write_script
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import Message
 
 BUCKET = "keel-conversations"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
