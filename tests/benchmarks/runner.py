@@ -21,9 +21,10 @@ ends with one more model call that answers with text):
 - ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
   once: cycles completed per second, first start to last result; the median of
   ``--throughput-repeats`` runs per system, taken in ABBA order (Keel, floor, floor, Keel, ...)
-  so that a drift of the machine or the server does not favour either. Beside it, the worker's
-  CPU per cycle in those runs (median), and the dev server's (``server_cpu_per_cycle``; only when the
-  runner started the server): on 2 cores, the two share the machine.
+  so that a drift of the machine or the server does not favour either. Beside it, the
+  worker's CPU per cycle in those runs (median), and the dev server's
+  (``server_cpu_per_cycle``; only when the runner started the server): on 2 cores, the two
+  share the machine.
 - ``replay[cycles=N]``: median time of ``Replayer.replay_workflow`` on the history of an
   N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
 - ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
