@@ -167,7 +167,8 @@ class ModelActivities:
             # One thread does both: reading the store, then the provider's (blocking) call.
             view, stored, tools_digest, described = self._resolve(request)
             response = resolve_model(view.model).converse(view, progress)
-            return response, {"stored": stored, "tools_digest": tools_digest, "tools": described}
+            terms = None if described is None else [t.terms() for t in described]
+            return response, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
 
         try:
             response, extra = await self._heartbeating(work, progress)

@@ -49,7 +49,7 @@ class PrefixRef(KeelModel):
 
 
 class ToolSpec(KeelModel):
-    """What the workflow knows of one tool: its Converse spec and how to run it."""
+    """One tool: its Converse spec and how to run it."""
 
     name: str
     description: str
@@ -57,6 +57,14 @@ class ToolSpec(KeelModel):
     requires_approval: bool = False
     timeout_s: float = 300.0
     module: str = ""
+
+    def terms(self) -> ToolSpec:
+        """What the workflow keeps of the spec: how to run the tool, not how to describe it.
+
+        The description and the input schema are for the model; they stay in the store
+        (under the session's ``tools_digest``) and out of workflow history and memory.
+        """
+        return self.model_copy(update={"description": "", "inputSchema": {}})
 
 
 class InferenceConfig(ConverseModel):
@@ -158,6 +166,7 @@ class Carried(KeelModel):
     event_seq: int = 0
     events: list[Event] = Field(default_factory=list)
     tools: list[ToolSpec] | None = None
+    tools_digest: str | None = None
     steering: list[str] = Field(default_factory=list)
     tool_use_ids: list[str] = Field(default_factory=list)
     cancel_reason: str | None = None
@@ -383,12 +392,13 @@ class ModelRequest(KeelModel):
 
     The conversation is ``prefix`` (stored, by reference) followed by ``messages`` (not yet
     stored); the activity stores ``messages`` and answers with the longer prefix, so each
-    message's content enters workflow history a constant number of times. Tool specs travel
-    the same way: in full once (``tools``), then as ``tools_digest``; and a toolResult the
+    message's content enters workflow history a constant number of times. A toolResult the
     tool activity already stored is sent with empty content, its digest in ``result_refs``
-    (by toolUseId). A session's first model call names its tool modules instead
-    (``describe_modules``): the activity describes them from the worker's registry, uses the
-    specs and returns them, saving a ``keel.tools.describe`` round trip.
+    (by toolUseId). Tool specs never enter history in full: a call without ``tools_digest``
+    (a session's first) names the session's tool modules (``describe_modules``); the activity
+    describes them from the worker's registry, stores the specs, uses them, and answers with
+    their digest and their terms (``ToolSpec.terms``); later calls send the digest. Inline
+    ``tools`` are still accepted from sessions started before that.
     """
 
     session_id: str
@@ -415,7 +425,8 @@ class ModelResponse(KeelModel):
         usage: tokens of this call.
         stored: the stored prefix now covering the request's prefix and messages.
         tools_digest: where the request's tool specs are stored.
-        tools: the specs the activity described, when the request named ``describe_modules``.
+        tools: the tools the activity described, when the request named ``describe_modules``:
+            their terms only (``ToolSpec.terms``); the whole specs are under ``tools_digest``.
     """
 
     message: Message

@@ -141,6 +141,7 @@ class AgentSession(SessionHandlers):
             self._ledger = Ledger([], _now, carried)
             self._queue.extend(Queued(q.turn_id, q.content) for q in carried.queue)
             self._tools = carried.tools
+            self._tools_digest = carried.tools_digest
             self._steering = list(carried.steering)
             self._cancel_reason = carried.cancel_reason
             self._closing = carried.closing
@@ -307,6 +308,7 @@ class AgentSession(SessionHandlers):
         carried.current_turn = self._current.turn_id if self._current else None
         carried.cycle = self._cycle
         carried.tools = self._tools
+        carried.tools_digest = self._tools_digest
         carried.steering = self._steering
         carried.cancel_reason = self._cancel_reason
         carried.closing = self._closing
@@ -342,9 +344,11 @@ class AgentSession(SessionHandlers):
                 prefix=ledger.stored,
                 messages=tail,
                 result_refs=refs,
-                tools=[] if self._tools_digest else self._tools or [],
                 tools_digest=self._tools_digest,
-                describe_modules=self._config.tool_modules if self._tools is None else None,
+                # Without a digest of the session's specs (a new session, or one whose
+                # previous run did not carry it), the activity describes them again: the
+                # workflow keeps only their terms, never what the model must see.
+                describe_modules=self._config.tool_modules if self._tools_digest is None else None,
                 inference=self._config.inference,
                 context_messages=self._config.context_messages,
             ),

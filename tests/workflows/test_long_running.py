@@ -76,7 +76,7 @@ async def test_long_tool_loop_keeps_history_linear(
 
 
 async def test_continue_as_new_while_approval_pending(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path, model_log: Any
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -115,6 +115,47 @@ async def test_continue_as_new_while_approval_pending(
     assert [e.seq for e in state.events] == sorted(e.seq for e in state.events)
     assert any(e.type == "run_continued" for e in state.events)
     no_dangling(state.messages)
+    # The model saw the whole tool specs in both runs, though history keeps only their terms.
+    requests = model_log()
+    assert len(requests) == 3
+    assert requests[2]["tools"] == requests[0]["tools"]
+    assert all(t["toolSpec"]["description"] for t in requests[2]["tools"])
+    runs = await run_histories(keel.client, session)
+    described = model_results(runs[0])[0]["tools"]
+    assert {t["name"] for t in described} >= {"echo", "guarded_record"}
+    assert all(t["description"] == "" and t["inputSchema"] == {} for t in described)
+    guarded = next(t for t in described if t["name"] == "guarded_record")
+    assert guarded["module"] == SAMPLE_TOOLS
+    # the next run was handed the specs' digest: its model call does not describe them again
+    later = [r for run in runs[1:] for r in model_requests(run)]
+    assert later and all(r.get("describe_modules") is None for r in later)
+    assert all(r["tools_digest"] == model_results(runs[0])[0]["tools_digest"] for r in later)
+
+
+def model_requests(history: Any) -> list[dict[str, Any]]:
+    """The inputs of the model activities of one run, as JSON, in order."""
+    return [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "keel.model.converse"
+    ]
+
+
+def model_results(history: Any) -> list[dict[str, Any]]:
+    """The results of the model activities of one run, as JSON, in order."""
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "keel.model.converse"
+    }
+    return [
+        json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    ]
 
 
 async def test_prompts_sent_during_the_switch_are_all_processed(
