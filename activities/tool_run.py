@@ -119,15 +119,14 @@ async def run_tool(
     finish = functools.partial(_finish, use.name, use.toolUseId, keep)
     task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish))
     task.add_done_callback(_drain)
-    heartbeats = asyncio.create_task(_heartbeat_loop())
+    heartbeats = _Heartbeats()
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
         task.cancel()
         raise
     finally:
-        heartbeats.cancel()
-        await asyncio.gather(heartbeats, return_exceptions=True)
+        heartbeats.stop()
     if not done:
         task.cancel()
         activity.logger.warning("tool %r timed out after %s s", use.name, _secs(timeout))
@@ -240,16 +239,29 @@ def _sync_executor() -> ThreadPoolExecutor:
     return _executor
 
 
-async def _heartbeat_loop() -> None:
-    info = activity.info()
-    every = _HEARTBEAT_EVERY_S
-    if info.heartbeat_timeout:
-        every = min(every, max(info.heartbeat_timeout.total_seconds() / 3, 0.1))
-    while True:
-        # Sleep first: the server counts the heartbeat timeout from the start, so a tool that
-        # ends within the first interval (most do) needs no heartbeat at all.
-        await asyncio.sleep(every)
+class _Heartbeats:
+    """Heartbeats while a tool runs, on the event loop's timer (no task to make and cancel).
+
+    The first comes one interval after the start: the server counts the heartbeat timeout
+    from the start, so a tool that ends within the first interval (most do) sends none.
+    """
+
+    def __init__(self) -> None:
+        info = activity.info()
+        self._every = _HEARTBEAT_EVERY_S
+        if info.heartbeat_timeout:
+            self._every = min(self._every, max(info.heartbeat_timeout.total_seconds() / 3, 0.1))
+        self._loop = asyncio.get_running_loop()
+        # call_later runs the callback in a copy of this context: the activity's.
+        self._handle = self._loop.call_later(self._every, self._beat)
+
+    def _beat(self) -> None:
         activity.heartbeat()
+        self._handle = self._loop.call_later(self._every, self._beat)
+
+    def stop(self) -> None:
+        """No more heartbeats."""
+        self._handle.cancel()
 
 
 def _content(value: Any) -> list[ToolResultContent] | None:

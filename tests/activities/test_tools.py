@@ -298,6 +298,9 @@ async def test_heartbeats_while_a_sync_tool_runs() -> None:
     result = await run(make_request("slow_sync", {"seconds": 0.6, "label": "x"}), env)
     assert result.status == "success"
     assert len(beats) >= 3
+    sent = len(beats)
+    await asyncio.sleep(0.35)
+    assert len(beats) == sent, "heartbeats went on after the tool returned"
 
 
 async def test_context_tool_gets_the_idempotency_key() -> None:
