@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 import time
@@ -202,7 +203,9 @@ class ModelActivities:
         Raises:
             ApplicationError: retryable, when a started stream stalls.
         """
-        task = asyncio.ensure_future(asyncio.to_thread(work))
+        # asyncio.to_thread without its coroutine and task: a future of the default executor.
+        loop = asyncio.get_running_loop()
+        task = loop.run_in_executor(None, contextvars.copy_context().run, work)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
