@@ -66,7 +66,7 @@ def compiled_code_active() -> bool:
 if _Instance is not None:
 
     class _CompiledInstance(_Instance):  # type: ignore[misc]
-        """temporalio's sandboxed run; its code strings are compiled once per process."""
+        """temporalio's sandboxed run: code strings compiled once, context asked directly."""
 
         def _run_code(self, code: str, **extra_globals: Any) -> None:
             super()._run_code(compiled(code), **extra_globals)
@@ -92,7 +92,7 @@ if _Instance is not None:
 
 
 class CompiledSandboxRunner(SandboxedWorkflowRunner):
-    """temporalio's ``SandboxedWorkflowRunner``, with code strings compiled once."""
+    """temporalio's ``SandboxedWorkflowRunner``, entered less expensively (see the module)."""
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         """A sandboxed run, as ``SandboxedWorkflowRunner`` makes it."""

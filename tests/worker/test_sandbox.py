@@ -1,4 +1,4 @@
-"""Keel's sandbox: temporalio's, with its code strings compiled once, restrictions intact."""
+"""Keel's sandbox: temporalio's, entered less expensively, with its restrictions intact."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import worker.sandbox as sandbox
 from tests.conftest import HISTORIES, SAMPLE_TOOLS, respond, text, tool_use
 from tests.fakes.clock_workflow import ReadsTheClock
 from tests.workflows.test_replay import RECORDED, _load
+from worker.assembly import build_worker
 from worker.payloads import DATA_CONVERTER
 from worker.sandbox import (
     PASSTHROUGH_MODULES,
@@ -90,8 +91,6 @@ class _CheckedRunner(CompiledSandboxRunner):
 async def test_payload_contexts_asked_outside_the_sandbox_are_the_sandboxed_answers(
     client: Client, task_queue: str, keel: KeelClient, script: Any
 ) -> None:
-    from worker.assembly import build_worker
-
     runner = _CheckedRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
