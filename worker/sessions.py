@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
@@ -43,6 +43,8 @@ from workflows.contracts import (
 )
 from workflows.messages import ContentBlock, Message, text_block
 from workflows.session import AgentSession
+
+T = TypeVar("T")
 
 __all__ = [
     "ENDED",
@@ -188,8 +190,10 @@ class KeelClient(SessionReader):
         update = Decision(
             interrupt_id=interrupt_id, decision=decision, reason=reason, approver=approver
         )
-        return await call_session(
-            session_id, self.handle(session_id).execute_update(AgentSession.decide, update)
+        return await _settling(
+            lambda: call_session(
+                session_id, self.handle(session_id).execute_update(AgentSession.decide, update)
+            )
         )
 
     async def respond(
@@ -202,8 +206,10 @@ class KeelClient(SessionReader):
                 responder is not allowed; nothing was written to the session's history.
         """
         update = Response(interrupt_id=interrupt_id, value=value, responder=responder)
-        return await call_session(
-            session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
+        return await _settling(
+            lambda: call_session(
+                session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
+            )
         )
 
     async def steer(self, session_id: str, text: str) -> SteerAck:
@@ -223,3 +229,24 @@ class KeelClient(SessionReader):
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
         )
+
+
+# A query can show an interrupt before the workflow task that opens it has run: it replays the
+# events the server has, the model call's result among them, while the task that will process
+# that result is still waiting. A decision sent at once joins that task, and Temporal validates
+# it before the result, so the interrupt is not there yet. Rejected updates write nothing, so
+# the same request is sent again, a few times, over about 1.5 s.
+_SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+_UNKNOWN_INTERRUPT = "unknown interrupt id "
+
+
+async def _settling(send: Callable[[], Awaitable[T]]) -> T:
+    """``send()``; again while it is rejected for naming an interrupt not there yet."""
+    for delay in _SETTLE_DELAYS_S:
+        try:
+            return await send()
+        except RequestRejected as err:
+            if not str(err).startswith(_UNKNOWN_INTERRUPT):
+                raise
+        await asyncio.sleep(delay)
+    return await send()

@@ -356,15 +356,18 @@ async def test_steering_during_the_last_model_call_is_not_lost(
 async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
     keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
 ) -> None:
-    """The workflow task that opens an approval must not be empty.
+    """A decision sent the moment the approval shows is taken, every time.
 
-    A task that only opened interrupts completed with no command; replayed after a cache
-    miss (every task here: the test workers cache nothing), its events joined the next task,
-    whose decide update was validated before them, so the id looked unknown, every time. The
+    Two races lie here. A workflow task that only opened interrupts completed with no command;
+    replayed after a cache miss (every task here: the test workers cache nothing), its events
+    joined the next task, whose decide update was validated before them, every time. The
     session now upserts a memo when it opens an interrupt (patch ``keel-interrupt-memo``).
+    And a query can show the interrupt before the task that opens it has run (it replays the
+    model call's result, which that task has not processed yet): a decision sent at once
+    joins that task and is validated before the result. ``KeelClient`` sends it again.
     """
     async with run_worker():
-        for i in range(10):
+        for i in range(40):
             target = tmp_path / f"out{i}.txt"
             config = script(
                 [
@@ -381,3 +384,30 @@ async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
             done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
             assert done.status == "completed", (i, done)
             assert lines(target) == ["v"]
+
+
+async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
+    from worker.session_reads import RequestRejected
+    from worker.sessions import _settling
+
+    calls: list[str] = []
+
+    def rejecting(message: str, times: int) -> Any:
+        async def send() -> str:
+            calls.append(message)
+            if len(calls) <= times:
+                raise RequestRejected(message)
+            return "taken"
+
+        return send
+
+    assert await _settling(rejecting("unknown interrupt id 'x'; nothing is pending", 2)) == "taken"
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(RequestRejected, match="approver"):
+        await _settling(rejecting("approver 'eve' may not decide", 1))
+    assert len(calls) == 1  # any other rejection is final at once
+    calls.clear()
+    with pytest.raises(RequestRejected, match="unknown interrupt id"):
+        await _settling(rejecting("unknown interrupt id 'y'; nothing is pending", 99))
+    assert len(calls) == 6  # a truly unknown id is refused after about 1.5 s
