@@ -77,6 +77,9 @@ class SessionHandlers:
     _closed: bool
     _run_number: int
     _init_error: str | None
+    # decide/respond signals naming an interrupt not open yet, with the history length of
+    # the workflow task they came in (see ``_hold``)
+    _held: deque[tuple[int, Decision | Response]]
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
         record = self._ledger.new_turn()
@@ -121,9 +124,52 @@ class SessionHandlers:
             _expect(input, Decision)
             interrupt = check_decision(self._ledger.interrupts, input, self._config)
         except InputRejected as err:
-            workflow.logger.warning("ignored decide signal: %s", err)
+            held = self._hold(input)
+            workflow.logger.warning("ignored decide signal: %s%s", err, held)
             return
         self._apply_decision(interrupt, input)
+
+    def _hold(self, signal: object) -> str:
+        """Keep a decide/respond signal whose interrupt is not open, for this workflow task.
+
+        A query can show an interrupt before the workflow task that opens it has run, and a
+        signal sent then is handled in that task, before the interrupt opens. Such a signal
+        is kept, and applied if an interrupt of that id opens in the same task; never later,
+        so a signal cannot decide an interrupt ahead of time.
+
+        Returns:
+            What to add to the log line: why the signal may still count, or nothing.
+        """
+        if not isinstance(signal, Decision | Response):
+            return ""
+        if signal.interrupt_id in self._ledger.interrupts:
+            return ""  # known: refused for another reason
+        self._held.append((workflow.info().get_current_history_length(), signal))
+        return " (unless that interrupt opens in this workflow task)"
+
+    def _apply_held(self, interrupt: Interrupt) -> None:
+        """Apply a signal held in this workflow task for the interrupt just opened."""
+        task = workflow.info().get_current_history_length()
+        kept = self._held.maxlen
+        # signals held in an earlier task are void; this task's others wait for their own
+        current = [(at, s) for at, s in self._held if at == task]
+        signal = next((s for _, s in current if s.interrupt_id == interrupt.id), None)
+        self._held = deque(((at, s) for at, s in current if s is not signal), maxlen=kept)
+        if signal is None:
+            return
+        try:
+            if isinstance(signal, Decision):
+                self._apply_decision(
+                    check_decision(self._ledger.interrupts, signal, self._config), signal
+                )
+            else:
+                self._apply_response(
+                    check_response(self._ledger.interrupts, signal, self._config), signal
+                )
+        except InputRejected as err:
+            workflow.logger.warning("ignored held signal: %s", err)
+        else:
+            workflow.logger.info("applied a signal sent as interrupt %s opened", interrupt.id)
 
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
@@ -150,7 +196,8 @@ class SessionHandlers:
             _expect(input, Response)
             interrupt = check_response(self._ledger.interrupts, input, self._config)
         except InputRejected as err:
-            workflow.logger.warning("ignored respond signal: %s", err)
+            held = self._hold(input)
+            workflow.logger.warning("ignored respond signal: %s%s", err, held)
             return
         self._apply_response(interrupt, input)
 

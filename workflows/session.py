@@ -83,6 +83,12 @@ TOOLS_IN_MODEL_CALL = "keel-tools-in-model-call"
 # Patch: opening an interrupt also upserts the memo ``keel_interrupts_opened`` (see
 # ``_open_interrupt``); histories without the marker open interrupts without it.
 INTERRUPT_MEMO = "keel-interrupt-memo"
+# Patch: a decide/respond signal handled in the workflow task that then opens its interrupt
+# is applied when it opens (``SessionHandlers._hold``); histories without the marker ignored
+# such a signal.
+HELD_SIGNALS = "keel-held-signals"
+# How many such signals a workflow task keeps, newest first.
+HELD_SIGNALS_KEPT = 16
 
 
 class _TurnCancelled(Exception):
@@ -125,6 +131,7 @@ class AgentSession(SessionHandlers):
         self._cancel_reason: str | None = None
         self._steering: list[str] = []
         self._closing = False
+        self._held = deque(maxlen=HELD_SIGNALS_KEPT)
         self._closed = False
         self._continuing = False
         self._tools_digest: str | None = None
@@ -511,6 +518,10 @@ class AgentSession(SessionHandlers):
             # any decide/respond update of that task validated first: the interrupt would
             # look unknown. A memo upsert is a command, so the task stands on its own.
             workflow.upsert_memo({"keel_interrupts_opened": len(self._ledger.interrupts)})
+        if any(s.interrupt_id == interrupt.id for _, s in self._held) and workflow.patched(
+            HELD_SIGNALS
+        ):
+            self._apply_held(interrupt)
         return interrupt
 
     async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:

@@ -386,6 +386,38 @@ async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
             assert lines(target) == ["v"]
 
 
+async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    """The signal form of the race above has no answer to retry on: the session holds it.
+
+    A signal handled in the workflow task that then opens its interrupt is applied when the
+    interrupt opens (patch ``keel-held-signals``); a signal for an id that does not open in
+    that task is still ignored (``test_hostile_input``: ``decide-signal-unknown-id``).
+    """
+    from workflows.contracts import Decision
+
+    async with run_worker():
+        for i in range(40):
+            target = tmp_path / f"out{i}.txt"
+            config = script(
+                [
+                    respond(
+                        tool_use("g1", "guarded_record", path=str(target), value="v"),
+                        stop="tool_use",
+                    ),
+                    respond(text("done")),
+                ]
+            )
+            session = sid()
+            waiting = await interrupted(keel, session, config)
+            decision = Decision(interrupt_id=waiting.interrupts[0].id, decision="approve")
+            await keel.client.get_workflow_handle(session).signal("decide", decision)
+            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=10)
+            assert done.status == "completed", (i, done)
+            assert lines(target) == ["v"]
+
+
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
     from worker.session_reads import RequestRejected
     from worker.sessions import _settling
