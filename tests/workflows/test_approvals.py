@@ -366,24 +366,7 @@ async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
     model call's result, which that task has not processed yet): a decision sent at once
     joins that task and is validated before the result. ``KeelClient`` sends it again.
     """
-    async with run_worker():
-        for i in range(40):
-            target = tmp_path / f"out{i}.txt"
-            config = script(
-                [
-                    respond(
-                        tool_use("g1", "guarded_record", path=str(target), value="v"),
-                        stop="tool_use",
-                    ),
-                    respond(text("done")),
-                ]
-            )
-            session = sid()
-            waiting = await interrupted(keel, session, config)
-            await keel.decide(session, waiting.interrupts[0].id, "approve")
-            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
-            assert done.status == "completed", (i, done)
-            assert lines(target) == ["v"]
+    await approve_as_soon_as_shown(keel, run_worker, script, tmp_path, keel.decide)
 
 
 async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
@@ -397,8 +380,19 @@ async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
     """
     from workflows.contracts import Decision
 
+    async def signal(session: str, interrupt_id: str, decision: Any) -> None:
+        update = Decision(interrupt_id=interrupt_id, decision=decision)
+        await keel.client.get_workflow_handle(session).signal("decide", update)
+
+    await approve_as_soon_as_shown(keel, run_worker, script, tmp_path, signal)
+
+
+async def approve_as_soon_as_shown(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path, send: Any, turns: int = 40
+) -> None:
+    """Turns that each park one approval, approved with ``send`` the moment it shows."""
     async with run_worker():
-        for i in range(40):
+        for i in range(turns):
             target = tmp_path / f"out{i}.txt"
             config = script(
                 [
@@ -411,9 +405,8 @@ async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
             )
             session = sid()
             waiting = await interrupted(keel, session, config)
-            decision = Decision(interrupt_id=waiting.interrupts[0].id, decision="approve")
-            await keel.client.get_workflow_handle(session).signal("decide", decision)
-            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=10)
+            await send(session, waiting.interrupts[0].id, "approve")
+            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=15)
             assert done.status == "completed", (i, done)
             assert lines(target) == ["v"]
 
