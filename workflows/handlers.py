@@ -147,29 +147,26 @@ class SessionHandlers:
         self._held.append((workflow.info().get_current_history_length(), signal))
         return " (unless that interrupt opens in this workflow task)"
 
-    def _apply_held(self, interrupt: Interrupt) -> None:
-        """Apply a signal held in this workflow task for the interrupt just opened."""
+    def _take_held(self, interrupt_id: str) -> Decision | Response | None:
+        """The signal held in this workflow task for ``interrupt_id``, taken out of the hold.
+
+        Signals held in an earlier task are void and dropped; this task's others stay.
+        """
         task = workflow.info().get_current_history_length()
-        kept = self._held.maxlen
-        # signals held in an earlier task are void; this task's others wait for their own
         current = [(at, s) for at, s in self._held if at == task]
-        signal = next((s for _, s in current if s.interrupt_id == interrupt.id), None)
-        self._held = deque(((at, s) for at, s in current if s is not signal), maxlen=kept)
-        if signal is None:
-            return
-        try:
-            if isinstance(signal, Decision):
-                self._apply_decision(
-                    check_decision(self._ledger.interrupts, signal, self._config), signal
-                )
-            else:
-                self._apply_response(
-                    check_response(self._ledger.interrupts, signal, self._config), signal
-                )
-        except InputRejected as err:
-            workflow.logger.warning("ignored held signal: %s", err)
+        signal = next((s for _, s in current if s.interrupt_id == interrupt_id), None)
+        self._held = deque(
+            ((at, s) for at, s in current if s is not signal), maxlen=self._held.maxlen
+        )
+        return signal
+
+    def _apply_held(self, signal: Decision | Response) -> None:
+        """Handle a held signal again, now that its interrupt is open: the same checks."""
+        workflow.logger.info("applying a signal sent as interrupt %s opened", signal.interrupt_id)
+        if isinstance(signal, Decision):
+            self.decide_signal(signal)
         else:
-            workflow.logger.info("applied a signal sent as interrupt %s opened", interrupt.id)
+            self.respond_signal(signal)
 
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"

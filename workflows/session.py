@@ -518,10 +518,9 @@ class AgentSession(SessionHandlers):
             # any decide/respond update of that task validated first: the interrupt would
             # look unknown. A memo upsert is a command, so the task stands on its own.
             workflow.upsert_memo({"keel_interrupts_opened": len(self._ledger.interrupts)})
-        if any(s.interrupt_id == interrupt.id for _, s in self._held) and workflow.patched(
-            HELD_SIGNALS
-        ):
-            self._apply_held(interrupt)
+        held = self._take_held(interrupt.id)
+        if held is not None and workflow.patched(HELD_SIGNALS):
+            self._apply_held(held)
         return interrupt
 
     async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:
