@@ -25,6 +25,7 @@ from worker.session_reads import (
     SessionSummary,
     call_session,
 )
+from workflows.approvals import UNKNOWN_INTERRUPT
 from workflows.boundary import InputRejected, validate_prompt
 from workflows.contracts import (
     CancelAck,
@@ -237,7 +238,6 @@ class KeelClient(SessionReader):
 # it before the result, so the interrupt is not there yet. Rejected updates write nothing, so
 # the same request is sent again, a few times, over about 1.5 s.
 _SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
-_UNKNOWN_INTERRUPT = "unknown interrupt id "
 
 
 async def _settling(send: Callable[[], Awaitable[T]]) -> T:
@@ -246,7 +246,7 @@ async def _settling(send: Callable[[], Awaitable[T]]) -> T:
         try:
             return await send()
         except RequestRejected as err:
-            if not str(err).startswith(_UNKNOWN_INTERRUPT):
+            if not str(err).startswith(UNKNOWN_INTERRUPT):
                 raise
         await asyncio.sleep(delay)
     return await send()

@@ -10,6 +10,10 @@ from collections.abc import Mapping
 from workflows.boundary import InputRejected
 from workflows.contracts import Decision, Interrupt, Response, SessionConfig, ToolSpec
 
+# How a decision or answer naming no interrupt of this run is refused; ``KeelClient`` sends
+# such a request again for a moment (an interrupt can show before it opens).
+UNKNOWN_INTERRUPT = "unknown interrupt id "
+
 
 def needs_approval(spec: ToolSpec, config: SessionConfig) -> bool:
     """Whether a tool must wait for a human before it runs (declared, or named by the session)."""
@@ -61,7 +65,7 @@ def _pending(interrupts: Mapping[str, Interrupt], interrupt_id: str) -> Interrup
     if interrupt is None:
         waiting = [i.id for i in interrupts.values() if i.status == "pending"]
         hint = f"; pending: {', '.join(waiting)}" if waiting else "; nothing is pending"
-        raise InputRejected(f"unknown interrupt id {interrupt_id!r}{hint}")
+        raise InputRejected(f"{UNKNOWN_INTERRUPT}{interrupt_id!r}{hint}")
     if interrupt.status != "pending":
         raise InputRejected(
             f"interrupt {interrupt.id!r} is no longer pending: it was {interrupt.status}"
