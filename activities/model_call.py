@@ -82,6 +82,10 @@ class ModelActivities:
     def _load_specs(self, digest: str) -> list[ToolSpec]:
         return TOOL_SPECS.validate_python(self.store.get_document(digest))
 
+    def _put_specs(self, tools: list[ToolSpec]) -> str:
+        """Store tool specs; their digest, which ``_load_specs`` reads back."""
+        return self.store.put_document(TOOL_SPECS.dump_python(tools, mode="json"))
+
     def _resolve(
         self, request: ModelRequest
     ) -> tuple[ModelRequest, PrefixRef | None, str, list[ToolSpec] | None]:
@@ -102,13 +106,13 @@ class ModelActivities:
         described: list[ToolSpec] | None = None
         if request.describe_modules is not None:
             tools = described = specs_for_modules(request.describe_modules)
-            digest = self.store.put_document([t.model_dump(mode="json") for t in tools])
+            digest = self._put_specs(tools)
         elif request.tools_digest is not None and not request.tools:
             tools = self._specs(request.tools_digest)
             digest = request.tools_digest
         else:
-            tools = request.tools
-            digest = self.store.put_document([t.model_dump(mode="json") for t in tools])
+            tools = request.tools  # inline: from a session started before describe_modules
+            digest = self._put_specs(tools)
         view = request.model_copy(
             update={
                 "prefix": None,
