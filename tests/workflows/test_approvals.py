@@ -384,7 +384,8 @@ async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
         update = Decision(interrupt_id=interrupt_id, decision=decision)
         await keel.client.get_workflow_handle(session).signal("decide", update)
 
-    await approve_as_soon_as_shown(keel, run_worker, script, tmp_path, signal)
+    # 80 turns: the race hits about 1 turn in 20, so a build without the hold fails here
+    await approve_as_soon_as_shown(keel, run_worker, script, tmp_path, signal, turns=80)
 
 
 async def approve_as_soon_as_shown(
