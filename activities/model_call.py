@@ -7,15 +7,19 @@ import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context_window import context_window
-from activities.models import ModelError, resolve_model
+from activities.models import (
+    ModelError,
+    is_async_provider,
+    provider_imported,
+    resolve_model,
+)
 from activities.store import ConversationStore, StoreCorrupt, StoreError
 from activities.tools import ToolModuleError, specs_for_modules
 from workflows.boundary import merge_roles
@@ -37,8 +41,6 @@ STREAM_TAIL_CHARS = 4000
 STREAM_STALL_S = 90.0
 # Built once: a TypeAdapter compiles its validator, which costs more than the validation.
 TOOL_SPECS = TypeAdapter(list[ToolSpec])
-
-_T = TypeVar("_T")
 
 
 class _Progress:
@@ -150,9 +152,10 @@ class ModelActivities:
     async def converse(self, request: ModelRequest) -> ModelResponse:
         """Call the session's model with the conversation and tool specs.
 
-        The stored prefix is loaded and the new messages are stored first; the provider
-        runs in a thread while this coroutine heartbeats (with how much output has arrived),
-        and fails the attempt when a started stream stalls.
+        The stored prefix is loaded and the new messages are stored first; then the provider
+        answers (a blocking one in a thread, an async one on the loop) while the activity
+        heartbeats with how much output has arrived, and fails the attempt when a started
+        stream stalls.
 
         Args:
             request: the stored prefix, the new messages, tools and model spec.
@@ -167,16 +170,8 @@ class ModelActivities:
                 Other provider exceptions propagate and are retried by Temporal.
         """
         progress = _Progress()
-
-        def work() -> tuple[ModelResponse, dict[str, object]]:
-            # One thread does both: reading the store, then the provider's (blocking) call.
-            view, stored, tools_digest, described = self._resolve(request)
-            response = resolve_model(view.model).converse(view, progress)
-            terms = None if described is None else [t.terms() for t in described]
-            return response, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
-
         try:
-            response, extra = await self._heartbeating(work, progress)
+            response, extra = await self._answer(request, progress)
         except StoreError as err:
             raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
         except ToolModuleError as err:
@@ -200,26 +195,88 @@ class ModelActivities:
         )
         return response.model_copy(update=extra)
 
-    @staticmethod
-    async def _heartbeating(work: Callable[[], _T], progress: _Progress) -> _T:
-        """Run ``work`` in a thread, heartbeating with its progress until it returns.
+    async def _answer(
+        self, request: ModelRequest, progress: _Progress
+    ) -> tuple[ModelResponse, dict[str, object]]:
+        """The provider's answer, and what the activity adds to it.
 
-        Raises:
-            ApplicationError: retryable, when a started stream stalls.
+        A blocking provider runs in a thread with the store reads and writes before it; an
+        async one runs on the loop, and so do they when the store's I/O is local
+        (``ConversationStore.inline_io``): no thread hop at all for a scripted model and a
+        local store. Either way the call is heartbeated (see ``_Heartbeats``).
         """
-        # asyncio.to_thread without its coroutine and task: a future of the default executor.
-        loop = asyncio.get_running_loop()
-        task = loop.run_in_executor(None, contextvars.copy_context().run, work)
+        spec = request.model
+        if provider_imported(spec):
+            provider = resolve_model(spec)
+        else:  # the first call of a provider imports its module (boto3, say): not on the loop
+            provider = await asyncio.to_thread(resolve_model, spec)
+
+        def prepare() -> tuple[ModelRequest, dict[str, object]]:
+            view, stored, tools_digest, described = self._resolve(request)
+            terms = None if described is None else [t.terms() for t in described]
+            return view, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
+
+        work: asyncio.Future[tuple[ModelResponse, dict[str, object]]]
+        if is_async_provider(provider):
+            asynchronous = provider
+
+            async def on_loop() -> tuple[ModelResponse, dict[str, object]]:
+                if self.store.inline_io:
+                    view, extra = prepare()
+                else:
+                    view, extra = await asyncio.to_thread(prepare)
+                return await asynchronous.converse(view, progress), extra
+
+            work = asyncio.ensure_future(on_loop())
+        else:
+            blocking = provider
+
+            def in_thread() -> tuple[ModelResponse, dict[str, object]]:
+                view, extra = prepare()
+                return blocking.converse(view, progress), extra
+
+            # asyncio.to_thread without its coroutine and task: a future of the default executor.
+            loop = asyncio.get_running_loop()
+            work = loop.run_in_executor(None, contextvars.copy_context().run, in_thread)
+        heartbeats = _Heartbeats(work, progress)
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
-                if done:
-                    return task.result()
-                if progress.stalled_for() > STREAM_STALL_S:
-                    raise ApplicationError(
-                        f"model stream stalled: no output for {STREAM_STALL_S:g} s",
-                        type="KeelModelStreamStalled",
-                    )
-                activity.heartbeat(progress.details())
+            return await work
+        except asyncio.CancelledError:
+            if heartbeats.stalled:
+                raise ApplicationError(
+                    f"model stream stalled: no output for {STREAM_STALL_S:g} s",
+                    type="KeelModelStreamStalled",
+                ) from None
+            raise
         finally:
-            task.cancel()  # a thread cannot be stopped: this only drops its result
+            heartbeats.stop()
+            work.cancel()  # a thread cannot be stopped: this only drops its result
+
+
+class _Heartbeats:
+    """Heartbeats with the stream's progress while a model call runs, on the loop's timer.
+
+    The first comes one interval after the start, so a call that answers within it sends
+    none. A started stream that goes quiet for ``STREAM_STALL_S`` is cancelled (``stalled``
+    tells that cancellation apart from the activity's own).
+    """
+
+    def __init__(self, work: asyncio.Future[Any], progress: _Progress) -> None:
+        self._work = work
+        self._progress = progress
+        self.stalled = False
+        self._loop = asyncio.get_running_loop()
+        # call_later runs the callback in a copy of this context: the activity's.
+        self._handle = self._loop.call_later(HEARTBEAT_EVERY_S, self._beat)
+
+    def _beat(self) -> None:
+        if self._progress.stalled_for() > STREAM_STALL_S:
+            self.stalled = True
+            self._work.cancel()
+            return
+        activity.heartbeat(self._progress.details())
+        self._handle = self._loop.call_later(HEARTBEAT_EVERY_S, self._beat)
+
+    def stop(self) -> None:
+        """No more heartbeats."""
+        self._handle.cancel()

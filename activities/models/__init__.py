@@ -1,16 +1,25 @@
 """Model providers, one file each, chosen by the prefix of a model spec.
 
 Adding a provider is a new file and one entry in ``PROVIDERS``; the agent loop never changes.
-Providers are imported on first use, so a worker that only runs scripted sessions never
-imports boto3.
+Providers are imported on first use (in a thread, by the model activity), so a worker that
+only runs scripted sessions never imports boto3. A provider's ``converse`` is either blocking
+(``ModelProvider``: run in a thread) or a coroutine (``AsyncModelProvider``: run on the loop).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 
-from activities.models.base import DeltaCallback, ModelError, ModelProvider
+from activities.models.base import (
+    AnyModelProvider,
+    AsyncModelProvider,
+    DeltaCallback,
+    ModelError,
+    ModelProvider,
+    is_async_provider,
+)
 
 # prefix -> (module, class); the class is called with the part of the spec after the prefix.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -20,7 +29,7 @@ PROVIDERS: dict[str, tuple[str, str]] = {
 }
 
 
-def resolve_model(spec: str) -> ModelProvider:
+def resolve_model(spec: str) -> AnyModelProvider:
     """The provider for a model spec ``<provider>:<model>``.
 
     Raises:
@@ -33,8 +42,27 @@ def resolve_model(spec: str) -> ModelProvider:
         known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
         raise ModelError(f"unknown model spec {spec!r}; expected one of {known}")
     module, name = entry
-    factory: Callable[[str], ModelProvider] = getattr(importlib.import_module(module), name)
+    factory: Callable[[str], AnyModelProvider] = getattr(importlib.import_module(module), name)
     return factory(rest)
 
 
-__all__ = ["PROVIDERS", "DeltaCallback", "ModelError", "ModelProvider", "resolve_model"]
+def provider_imported(spec: str) -> bool:
+    """Whether ``resolve_model(spec)`` imports nothing: its provider's module is loaded.
+
+    An unknown prefix counts as imported (resolving it only raises ``ModelError``).
+    """
+    entry = PROVIDERS.get(spec.partition(":")[0])
+    return entry is None or entry[0] in sys.modules
+
+
+__all__ = [
+    "PROVIDERS",
+    "AnyModelProvider",
+    "AsyncModelProvider",
+    "DeltaCallback",
+    "ModelError",
+    "ModelProvider",
+    "is_async_provider",
+    "provider_imported",
+    "resolve_model",
+]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from typing_extensions import TypeIs
 
 from workflows.contracts import ModelRequest, ModelResponse, ToolSpec
 
@@ -23,10 +26,10 @@ class ModelError(Exception):
 
 
 class ModelProvider(Protocol):
-    """A model that answers one Converse-shaped request.
+    """A model that answers one Converse-shaped request, with a blocking client.
 
-    ``converse`` is synchronous: the model activity runs it in a thread, so providers may use
-    blocking clients such as boto3.
+    ``converse`` is synchronous: the model activity runs it in a thread (with the store reads
+    it needs), so providers may use blocking clients such as boto3.
     """
 
     def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
@@ -40,6 +43,30 @@ class ModelProvider(Protocol):
             ModelError: for failures that retrying cannot fix.
         """
         ...
+
+
+class AsyncModelProvider(Protocol):
+    """A model whose client is asynchronous: ``converse`` runs on the worker's event loop.
+
+    No thread is taken for the call; it must not block (use an async HTTP client, or
+    ``asyncio.to_thread`` around a blocking part). Cancelling the activity cancels it.
+    """
+
+    async def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
+        """Answer one request with one assistant message (see ``ModelProvider.converse``).
+
+        Raises:
+            ModelError: for failures that retrying cannot fix.
+        """
+        ...
+
+
+AnyModelProvider = ModelProvider | AsyncModelProvider
+
+
+def is_async_provider(provider: AnyModelProvider) -> TypeIs[AsyncModelProvider]:
+    """Whether the provider's ``converse`` is a coroutine function (runs on the loop)."""
+    return inspect.iscoroutinefunction(provider.converse)
 
 
 def converse_tool_config(tools: list[ToolSpec]) -> list[dict[str, Any]]:

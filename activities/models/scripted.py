@@ -8,11 +8,11 @@ appended to that file as one JSON line, so a test can see what the model saw.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,13 @@ class ScriptedProvider:
             raise ModelError("scripted model spec needs a file: scripted:<path.json>")
         self.path = Path(path)
 
-    def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
-        """Answer with the scripted response for this point of the conversation."""
+    async def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
+        """Answer with the scripted response for this point of the conversation.
+
+        A coroutine: nothing here waits on a network or a lock held elsewhere (the script is
+        parsed once per version of the file; a stat checks the version), so the model
+        activity runs it on the event loop, without a thread.
+        """
         _log_request(request)
         script = load_script(self.path)
         index = sum(1 for m in request.messages if m.role == "assistant")
@@ -96,7 +101,7 @@ class ScriptedProvider:
             )
         entry = script.responses[index].model_copy(deep=True)  # the parsed script is shared
         if entry.delay_s:
-            time.sleep(entry.delay_s)
+            await asyncio.sleep(entry.delay_s)
         usage = entry.usage
         if not usage.totalTokens:
             usage = TokenUsage(
