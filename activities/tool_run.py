@@ -67,13 +67,14 @@ class ToolActivities:
     async def run(self, request: ToolRequest) -> ToolResponse:
         """Run one tool call (see ``run_tool``) and store its result.
 
-        A tool's result is stored in the thread that ran the (sync) tool, or in a worker
-        thread after an async one; an error result the activity made itself travels inline.
+        A tool's result is stored in the thread that ran the (sync) tool; after an async one,
+        on the loop when the store's I/O is local (``inline_io``), else in a worker thread.
+        An error result the activity made itself travels inline.
 
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await run_tool(request, keep=self._keep)
+        return await run_tool(request, keep=self._keep, keep_blocks=not self.store.inline_io)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
         """Store a tool's result; the response then names it by digest too."""
@@ -83,15 +84,19 @@ class ToolActivities:
 
 
 async def run_tool(
-    request: ToolRequest, keep: Callable[[ToolResponse], ToolResponse] | None = None
+    request: ToolRequest,
+    keep: Callable[[ToolResponse], ToolResponse] | None = None,
+    keep_blocks: bool = True,
 ) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
     Args:
         request: the tool use, its session, idempotency key and timeout (seconds, enforced
             here; zero or less means none).
-        keep: called (blocking, off the event loop) with the response built from the
-            tool's return value; its answer is returned instead.
+        keep: called with the response built from the tool's return value; its answer is
+            returned instead.
+        keep_blocks: whether ``keep`` blocks, so that after an async tool it must run in a
+            thread (after a sync tool it runs in the tool's thread anyway).
 
     Returns:
         The toolResult: ``success`` with the tool's output, or ``error`` with why it failed.
@@ -117,7 +122,7 @@ async def run_tool(
     )
     timeout = request.timeout_s if request.timeout_s > 0 else None
     finish = functools.partial(_finish, use.name, use.toolUseId, keep)
-    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish))
+    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish, keep_blocks))
     task.add_done_callback(_drain)
     heartbeats = _Heartbeats()
     try:
@@ -211,11 +216,18 @@ async def _invoke(
     ctx: ToolContext,
     kwargs: dict[str, Any],
     finish: Callable[[Any], ToolResponse],
+    finish_blocks: bool,
 ) -> ToolResponse:
-    """Call the tool, then ``finish`` its value; a sync tool does both in one pool thread."""
+    """Call the tool, then ``finish`` its value.
+
+    A sync tool does both in one pool thread; an async one runs on the loop, and ``finish``
+    runs there too unless it blocks.
+    """
     args: tuple[Any, ...] = (ctx,) if entry.takes_context else ()
     if entry.is_async:
         value = await entry.fn(*args, **kwargs)
+        if not finish_blocks:
+            return finish(value)
         return await asyncio.to_thread(finish, value)
 
     def call() -> ToolResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -45,6 +46,7 @@ SAMPLE_TOOLS = {
     "record",
     "guarded_record",
     "big",
+    "big_async",
     "pick_account",
     "confirm_twice",
     "transfer",
@@ -392,13 +394,18 @@ async def test_cancelling_a_running_sample_tool_raises() -> None:
 
 
 class _Backend:
-    """An in-memory blob backend that can be told to fail its writes."""
+    """An in-memory blob backend that can be told to fail its writes; notes writers' threads."""
 
-    def __init__(self) -> None:
+    inline_io = False
+
+    def __init__(self, inline_io: bool = False) -> None:
+        self.inline_io = inline_io
         self.blobs: dict[str, bytes] = {}
         self.broken = False
+        self.threads: set[int] = set()
 
     def put(self, key: str, data: bytes) -> None:
+        self.threads.add(threading.get_ident())
         if self.broken:
             raise OSError("disk full")
         self.blobs[key] = data
@@ -407,14 +414,15 @@ class _Backend:
         return self.blobs[key]
 
 
+@pytest.mark.parametrize("inline_io", [False, True])
 @pytest.mark.parametrize(
     ("name", "tool_input"),
     [("big", {"size": 40}), ("slow", {"seconds": 0.01, "label": "done"})],  # sync, async
 )
 async def test_tool_activity_stores_the_result_it_returns(
-    name: str, tool_input: dict[str, Any]
+    name: str, tool_input: dict[str, Any], inline_io: bool
 ) -> None:
-    backend = _Backend()
+    backend = _Backend(inline_io)
     store = ConversationStore(backend)
     request = make_request(name, tool_input)
     response = await ActivityEnvironment().run(ToolActivities(store).run, request)
@@ -422,6 +430,10 @@ async def test_tool_activity_stores_the_result_it_returns(
     assert response.digest is not None
     stored = ConversationStore(backend).get_document(response.digest)
     assert stored == {"toolResult": response.result.model_dump(mode="json")}
+    # A sync tool's result is stored in the tool's thread; an async tool's on the event loop
+    # when the store's I/O is local, else in a worker thread.
+    on_loop = inline_io and name == "slow"
+    assert (backend.threads == {threading.get_ident()}) is on_loop, backend.threads
 
 
 async def test_a_store_failure_fails_the_attempt_instead_of_reaching_the_model() -> None:
