@@ -13,6 +13,7 @@ from workflows.messages import ToolUse
 __all__ = [
     "add",
     "big",
+    "big_async",
     "boom",
     "confirm_twice",
     "echo",
@@ -127,6 +128,16 @@ def guarded_record(path: str, value: str) -> str:
 @tool
 def big(size: int) -> str:
     """Return a string of the given size, to test the result size limit.
+
+    Args:
+        size: how many characters to return.
+    """
+    return "x" * size
+
+
+@tool
+async def big_async(size: int) -> str:
+    """Return a string of the given size from an async tool (no thread), like the floor's.
 
     Args:
         size: how many characters to return.

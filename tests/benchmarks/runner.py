@@ -40,7 +40,8 @@ Usage::
         [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 3]
         [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
-        [--result-size 512] [--dynamic-config-value KEY=VALUE] [--markdown FILE]
+        [--result-size 512] [--tool big_async|big]
+        [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR]
 
 ``--profile DIR`` samples each worker process with py-spy (Python frames holding the GIL,
@@ -86,6 +87,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # round trip, the same for any worker, which hides what the workers themselves cost.
 FAST_DISPATCH = "history.transferProcessorMaxPollRPS=1000"
 SAMPLE_TOOLS = "tests.sample_tools"
+# Keel's cycles call one of these sample tools; each returns a text of --result-size.
+TOOLS = ("big_async", "big")
 SYSTEMS = ("keel", "floor")
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
@@ -105,6 +108,7 @@ class Options:
     replay_repeats: int = 3
     memory_sessions: int = 100
     result_size: int = 512
+    tool: str = "big_async"
     dynamic_config: list[str] = field(default_factory=list)
     stock_server: bool = False
     bytecode: bool = True
@@ -266,11 +270,14 @@ class System:
     name: str
     model_activity: str
 
-    def __init__(self, client: Client, task_queue: str, workdir: Path, result_size: int):
+    def __init__(
+        self, client: Client, task_queue: str, workdir: Path, result_size: int, tool: str
+    ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.workdir = workdir
         self.result_size = result_size
+        self.tool = tool
 
     def session_id(self, label: str) -> str:
         return f"{self.name}-{label}-{uuid.uuid4().hex[:8]}"
@@ -305,7 +312,7 @@ class KeelSystem(System):
     def model(self, cycles: int) -> str:
         """``scripted:`` spec of a script of ``cycles`` tool cycles then a final answer."""
         if cycles not in self._scripts:
-            use = {"name": "big", "input": {"size": self.result_size}}
+            use = {"name": self.tool, "input": {"size": self.result_size}}
             responses: list[dict[str, Any]] = [
                 {
                     "content": [{"toolUse": {"toolUseId": f"c{i}", **use}}],
@@ -444,7 +451,8 @@ class Bench:
 
     def system(self, name: str, task_queue: str) -> System:
         kind = KeelSystem if name == "keel" else FloorSystem
-        return kind(self.clients[name], task_queue, self.workdir, self.options.result_size)
+        o = self.options
+        return kind(self.clients[name], task_queue, self.workdir, o.result_size, o.tool)
 
     def worker_env(self) -> dict[str, str]:
         """The workers' environment: with a bytecode cache unless ``--no-bytecode``.
@@ -721,8 +729,9 @@ async def run(
         )
         report.note(
             f"tool result {options.result_size} chars per cycle; Keel: AgentSession, scripted "
-            f"model, tool 'big' from {SAMPLE_TOOLS}; floor: {FLOOR_WORKFLOW} "
-            "(tests.benchmarks.floor)"
+            f"model, local store, tool {options.tool!r} from {SAMPLE_TOOLS} "
+            f"({'async' if options.tool == 'big_async' else 'sync, in a thread'}); "
+            f"floor: {FLOOR_WORKFLOW} (tests.benchmarks.floor, async activities)"
         )
         try:
             keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
@@ -762,6 +771,13 @@ def parse(argv: list[str] | None = None) -> Options:
         "--memory-sessions", type=int, default=d.memory_sessions, help="0 skips the figure"
     )
     parser.add_argument("--result-size", type=int, default=d.result_size)
+    parser.add_argument(
+        "--tool",
+        choices=TOOLS,
+        default=d.tool,
+        help="the tool of Keel's cycles: big_async (async, like the floor's tool activity: "
+        "runs on the event loop) or big (sync: runs in a thread)",
+    )
     parser.add_argument(
         "--dynamic-config-value",
         dest="dynamic_config",
