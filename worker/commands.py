@@ -22,7 +22,7 @@ from temporalio.worker import Worker
 
 from activities.models import PROVIDERS
 from activities.store import open_store
-from worker.assembly import build_worker
+from worker.assembly import build_worker, freeze_startup_heap
 from worker.console import (
     EXIT_OK,
     EXIT_WAITING,
@@ -267,6 +267,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     async with DevServer(settings.home, port=args.port, ui=True) as server:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
         worker = build_worker(client, settings.task_queue, _tool_modules(args.tools))
+        freeze_startup_heap()
         print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops")
         await _run_until_signalled(worker.run, worker.shutdown)
     return EXIT_OK

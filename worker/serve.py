@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker.assembly import build_worker
+from worker.assembly import build_worker, freeze_startup_heap
 from worker.health import HealthServer
 from worker.runtime import client_options, connect_configured
 from worker.settings import ConfigError, Settings, WorkerSettings
@@ -67,6 +67,7 @@ async def serve_worker(
             graceful_shutdown_timeout=timedelta(seconds=config.shutdown_grace_s),
             **_limits(config),
         )
+        freeze_startup_heap()
         state.worker = worker
         logger.info(
             "worker %s on %s, namespace %s, task queue %s",
