@@ -40,7 +40,7 @@ Usage::
         [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 3]
         [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
-        [--result-size 512] [--tool big_async|big]
+        [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
         [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR]
 
@@ -109,6 +109,7 @@ class Options:
     memory_sessions: int = 100
     result_size: int = 512
     tool: str = "big_async"
+    freeze_heap: str = "keel"
     dynamic_config: list[str] = field(default_factory=list)
     stock_server: bool = False
     bytecode: bool = True
@@ -476,6 +477,7 @@ class Bench:
         try:
             for name in SYSTEMS:
                 queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+                freeze = self.options.freeze_heap in (name, "both")
                 procs[name] = WorkerProcess(
                     name,
                     self.address,
@@ -483,6 +485,7 @@ class Bench:
                     self.store,
                     self.worker_env(),
                     self.options.profile,
+                    freeze_heap="yes" if freeze else "no",
                     **flags,
                 )
                 systems[name] = self.system(name, queue)
@@ -726,6 +729,7 @@ async def run(
         report.note(
             "workers: one process per system, temporalio's default concurrency, bytecode "
             + ("cached (private PYTHONPYCACHEPREFIX)" if options.bytecode else "as the env says")
+            + f", startup heap frozen out of the GC: {options.freeze_heap}"
         )
         report.note(
             f"tool result {options.result_size} chars per cycle; Keel: AgentSession, scripted "
@@ -777,6 +781,13 @@ def parse(argv: list[str] | None = None) -> Options:
         default=d.tool,
         help="the tool of Keel's cycles: big_async (async, like the floor's tool activity: "
         "runs on the event loop) or big (sync: runs in a thread)",
+    )
+    parser.add_argument(
+        "--freeze-heap",
+        choices=("keel", "both", "none"),
+        default=d.freeze_heap,
+        help="which workers freeze their startup heap out of the GC: keel (as `keel worker` "
+        "does; the floor is a bare temporalio worker), both, or none",
     )
     parser.add_argument(
         "--dynamic-config-value",

@@ -5,11 +5,13 @@ Usage::
     python -m tests.benchmarks.worker keel --address 127.0.0.1:7233 --task-queue q --store DIR
     python -m tests.benchmarks.worker floor --address 127.0.0.1:7233 --task-queue q
 
-``keel`` is Keel's worker as ``worker.assembly.build_worker`` makes it (``AgentSession``,
-Keel's activities, the ``tests.sample_tools`` tools, Keel's sandbox and data converter);
-``floor`` is a plain temporalio ``Worker`` for ``tests.benchmarks.floor`` (default data
-converter, default sandbox). Both keep temporalio's default concurrency settings. The
-process prints ``ready`` once the worker polls, and shuts the worker down on SIGTERM.
+``keel`` is Keel's worker as ``keel worker`` makes it: ``worker.assembly.build_worker``
+(``AgentSession``, Keel's activities, the ``tests.sample_tools`` tools, Keel's sandbox and
+data converter), then ``freeze_startup_heap``; ``floor`` is a plain temporalio ``Worker`` for
+``tests.benchmarks.floor`` (default data converter, default sandbox), heap left as it is.
+``--freeze-heap yes|no`` overrides either default. Both keep temporalio's default
+concurrency settings. The process prints ``ready`` once the worker polls, and shuts the
+worker down on SIGTERM.
 """
 
 from __future__ import annotations
@@ -54,11 +56,18 @@ async def main() -> None:
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--store", default=".keel/bench-store", help="Keel's conversation store")
     parser.add_argument("--max-cached-workflows", type=int, default=None)
+    parser.add_argument(
+        "--freeze-heap", choices=["yes", "no"], help="default: yes for keel, no for floor"
+    )
     args = parser.parse_args()
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows
     worker = await build(args.system, args.address, args.task_queue, args.store, **options)
+    if (args.freeze_heap or ("yes" if args.system == "keel" else "no")) == "yes":
+        from worker.assembly import freeze_startup_heap
+
+        freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
