@@ -44,7 +44,7 @@ TOOL_SPECS = TypeAdapter(list[ToolSpec])
 
 
 class _Progress:
-    """What a provider's stream has delivered so far; written by the provider's thread."""
+    """What a provider's stream has delivered so far; written from its thread or the loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
