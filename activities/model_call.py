@@ -7,13 +7,13 @@ import contextvars
 import functools
 import threading
 import time
-from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context_window import context_window
+from activities.heartbeats import LoopHeartbeats
 from activities.models import (
     ModelError,
     is_async_provider,
@@ -203,7 +203,9 @@ class ModelActivities:
         A blocking provider runs in a thread with the store reads and writes before it; an
         async one runs on the loop, and so do they when the store's I/O is local
         (``ConversationStore.inline_io``): no thread hop at all for a scripted model and a
-        local store. Either way the call is heartbeated (see ``_Heartbeats``).
+        local store. Either way the call heartbeats on the loop's timer, and a started stream
+        that goes quiet for ``STREAM_STALL_S`` is cancelled (``stalled`` tells that apart from
+        the activity's own cancellation).
         """
         spec = request.model
         if provider_imported(spec):
@@ -238,11 +240,23 @@ class ModelActivities:
             # asyncio.to_thread without its coroutine and task: a future of the default executor.
             loop = asyncio.get_running_loop()
             work = loop.run_in_executor(None, contextvars.copy_context().run, in_thread)
-        heartbeats = _Heartbeats(work, progress)
+        stalled = False
+
+        def beat() -> bool:
+            """Heartbeat with the progress; cancel a started stream gone quiet instead."""
+            nonlocal stalled
+            if progress.stalled_for() > STREAM_STALL_S:
+                stalled = True
+                work.cancel()
+                return False
+            activity.heartbeat(progress.details())
+            return True
+
+        heartbeats = LoopHeartbeats(HEARTBEAT_EVERY_S, beat)
         try:
             return await work
         except asyncio.CancelledError:
-            if heartbeats.stalled:
+            if stalled:
                 raise ApplicationError(
                     f"model stream stalled: no output for {STREAM_STALL_S:g} s",
                     type="KeelModelStreamStalled",
@@ -251,32 +265,3 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
-
-
-class _Heartbeats:
-    """Heartbeats with the stream's progress while a model call runs, on the loop's timer.
-
-    The first comes one interval after the start, so a call that answers within it sends
-    none. A started stream that goes quiet for ``STREAM_STALL_S`` is cancelled (``stalled``
-    tells that cancellation apart from the activity's own).
-    """
-
-    def __init__(self, work: asyncio.Future[Any], progress: _Progress) -> None:
-        self._work = work
-        self._progress = progress
-        self.stalled = False
-        self._loop = asyncio.get_running_loop()
-        # call_later runs the callback in a copy of this context: the activity's.
-        self._handle = self._loop.call_later(HEARTBEAT_EVERY_S, self._beat)
-
-    def _beat(self) -> None:
-        if self._progress.stalled_for() > STREAM_STALL_S:
-            self.stalled = True
-            self._work.cancel()
-            return
-        activity.heartbeat(self._progress.details())
-        self._handle = self._loop.call_later(HEARTBEAT_EVERY_S, self._beat)
-
-    def stop(self) -> None:
-        """No more heartbeats."""
-        self._handle.cancel()

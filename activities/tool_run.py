@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeats import LoopHeartbeats
 from activities.store import ConversationStore
 from activities.tools import (
     RegisteredTool,
@@ -124,7 +125,7 @@ async def run_tool(
     finish = functools.partial(_finish, use.name, use.toolUseId, keep)
     task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish, keep_blocks))
     task.add_done_callback(_drain)
-    heartbeats = _Heartbeats()
+    heartbeats = LoopHeartbeats(_heartbeat_every_s(), _beat)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
@@ -251,29 +252,17 @@ def _sync_executor() -> ThreadPoolExecutor:
     return _executor
 
 
-class _Heartbeats:
-    """Heartbeats while a tool runs, on the event loop's timer (no task to make and cancel).
+def _heartbeat_every_s() -> float:
+    """How often a running tool heartbeats: every 5 s, or three times per heartbeat timeout."""
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        return _HEARTBEAT_EVERY_S
+    return min(_HEARTBEAT_EVERY_S, max(timeout.total_seconds() / 3, 0.1))
 
-    The first comes one interval after the start: the server counts the heartbeat timeout
-    from the start, so a tool that ends within the first interval (most do) sends none.
-    """
 
-    def __init__(self) -> None:
-        info = activity.info()
-        self._every = _HEARTBEAT_EVERY_S
-        if info.heartbeat_timeout:
-            self._every = min(self._every, max(info.heartbeat_timeout.total_seconds() / 3, 0.1))
-        self._loop = asyncio.get_running_loop()
-        # call_later runs the callback in a copy of this context: the activity's.
-        self._handle = self._loop.call_later(self._every, self._beat)
-
-    def _beat(self) -> None:
-        activity.heartbeat()
-        self._handle = self._loop.call_later(self._every, self._beat)
-
-    def stop(self) -> None:
-        """No more heartbeats."""
-        self._handle.cancel()
+def _beat() -> bool:
+    activity.heartbeat()
+    return True
 
 
 def _content(value: Any) -> list[ToolResultContent] | None:

@@ -1,0 +1,31 @@
+"""Activity heartbeats on the event loop's timer: no task made and cancelled per activity."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+
+class LoopHeartbeats:
+    """Calls ``beat`` every ``every_s`` seconds on the running loop's timer until stopped.
+
+    The first call comes one interval after the start: the server counts the heartbeat
+    timeout from the start, so an activity that ends within the first interval (most do)
+    sends none. ``beat`` runs in a copy of the creating context (the activity's, so it may
+    call ``activity.heartbeat``) and returns whether to go on.
+    """
+
+    def __init__(self, every_s: float, beat: Callable[[], bool]) -> None:
+        """Schedule the first beat; call from the activity."""
+        self._every_s = every_s
+        self._beat = beat
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(every_s, self._tick)
+
+    def _tick(self) -> None:
+        if self._beat():
+            self._handle = self._loop.call_later(self._every_s, self._tick)
+
+    def stop(self) -> None:
+        """No more beats."""
+        self._handle.cancel()
