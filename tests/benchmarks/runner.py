@@ -20,8 +20,12 @@ ends with one more model call that answers with text):
   run) for N cycles, minus those of a session of 0 cycles (``history_bytes_fixed``), over N.
 - ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
   once: cycles completed per second, first start to last result; the median of
-  ``--throughput-repeats`` runs per system, taken in ABBA order (Keel, floor, floor, Keel, ...)
-  so that a drift of the machine or the server does not favour either. Beside it, the
+  ``--throughput-repeats`` runs per system (default 4), taken in ABBA order (Keel, floor,
+  floor, Keel, ...) so that a drift of the machine or the server does not favour either: with
+  an even number, each system's median sits at the same place in time. Each run starts
+  ``--settle`` seconds (default 12) after the previous one, so the server timers a run sets
+  (10 s activity and workflow-task timeouts, which fire and find the work done) fire between
+  runs, not in the next one. A ``#`` line lists every run in order. Beside it, the
   worker's CPU per cycle in those runs (median), and the dev server's
   (``server_cpu_per_cycle``; only when the runner started the server): on 2 cores, the two
   share the machine.
@@ -37,7 +41,7 @@ server's transfer queue (at most 20 a second), about 50 ms per round trip for bo
 Usage::
 
     python -m tests.benchmarks [--persistence memory|sqlite] [--stock-server]
-        [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 3]
+        [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 4] [--settle 12]
         [--latency-cycles 20] [--repeats 5]
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
         [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
@@ -103,7 +107,8 @@ class Options:
     history_cycles: list[int] = field(default_factory=lambda: [10, 100, 300])
     sessions: list[int] = field(default_factory=lambda: [50, 200])
     throughput_cycles: int = 10
-    throughput_repeats: int = 3
+    throughput_repeats: int = 4
+    settle_s: float = 12.0
     replay_cycles: int = 200
     replay_repeats: int = 3
     memory_sessions: int = 100
@@ -591,10 +596,12 @@ class Bench:
         rate: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         server_cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+        runs: list[str] = []
         for repeat in range(o.throughput_repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
                 system, proc = systems[name], procs[name]
-                await asyncio.sleep(1)  # let the server settle after the previous phase
+                # let the timers of the previous run (10 s activity and task timeouts) fire
+                await asyncio.sleep(o.settle_s)
                 cpu_before = proc.cpu()
                 server_before = cpu_seconds(self.server_pid) if self.server_pid else 0.0
                 started = time.monotonic()
@@ -605,9 +612,18 @@ class Bench:
                 cycles = sessions * o.throughput_cycles
                 rate[name].append(cycles / elapsed)
                 cpu[name].append((proc.cpu() - cpu_before) / cycles * 1000)
+                run = f"{name} {rate[name][-1]:.1f} ({cpu[name][-1]:.2f}"
                 if self.server_pid:
                     server = cpu_seconds(self.server_pid) - server_before
                     server_cpu[name].append(server / cycles * 1000)
+                    run += f" + {server_cpu[name][-1]:.2f}"
+                runs.append(run + ")")
+        self.report.note(
+            f"throughput[sessions={sessions}] runs in order, cycles/s (worker"
+            + (" + server" if self.server_pid else "")
+            + " CPU ms per cycle): "
+            + ", ".join(runs)
+        )
         median = statistics.median
         self.report.add(
             f"throughput[sessions={sessions}]",
@@ -767,7 +783,16 @@ def parse(argv: list[str] | None = None) -> Options:
         "--throughput-repeats",
         type=int,
         default=d.throughput_repeats,
-        help="runs per system and level, alternating which goes first; medians reported",
+        help="runs per system and level, in ABBA order; medians reported (an even number "
+        "balances a drift of the server over the run)",
+    )
+    parser.add_argument(
+        "--settle",
+        dest="settle_s",
+        type=float,
+        default=d.settle_s,
+        metavar="SECONDS",
+        help="idle time before each throughput run, for the previous run's timers to fire",
     )
     parser.add_argument("--replay-cycles", type=int, default=d.replay_cycles)
     parser.add_argument("--replay-repeats", type=int, default=d.replay_repeats)

@@ -56,6 +56,7 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         sessions=[3],
         throughput_cycles=2,
         throughput_repeats=1,
+        settle_s=0.5,
         replay_cycles=5,
         replay_repeats=1,
         memory_sessions=3,
@@ -97,6 +98,7 @@ def test_the_command_starts_its_own_server_and_reports_its_cpu(tmp_path: Path) -
 TINY = [
     *("--repeats", "1", "--latency-cycles", "2", "--history-cycles", "5"),
     *("--sessions", "2", "--throughput-cycles", "2", "--throughput-repeats", "1"),
+    *("--settle", "0.5"),
     *("--replay-cycles", "3", "--replay-repeats", "1", "--memory-sessions", "0"),
 ]
 
