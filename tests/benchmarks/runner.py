@@ -840,6 +840,8 @@ def parse(argv: list[str] | None = None) -> Options:
         help="sample each worker with py-spy (collapsed stacks, SYSTEM-PID.txt in this directory)",
     )
     args = parser.parse_args(argv)
+    if args.settle_s < 0:
+        parser.error(f"--settle must be 0 or more seconds, not {args.settle_s}")
     return Options(**vars(args))
 
 

@@ -69,6 +69,8 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         for system in ("keel", "floor", "ratio"):
             assert f"{system}.{name}" in figures, f"{system}.{name} missing:\n" + "\n".join(lines)
     assert any(line.startswith("# server:") and "persistence=" in line for line in lines)
+    runs = next(line for line in lines if line.startswith("# throughput[sessions=3] runs"))
+    assert runs.count("keel ") == 1 and runs.count("floor ") == 1, runs
 
     keel_10 = figures["keel.history_bytes_per_cycle[cycles=10]"][0]
     keel_40 = figures["keel.history_bytes_per_cycle[cycles=40]"][0]
