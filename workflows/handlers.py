@@ -38,6 +38,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger import Ledger
     from workflows.messages import ContentBlock
 
+# How many ``prompt`` update ids a session remembers across runs; the oldest leave first.
+PROMPT_UPDATES_KEPT = 200
+
 
 def _expect(value: object, kind: type) -> None:
     """Refuse a payload that decoded to something other than the declared input type.
@@ -80,20 +83,46 @@ class SessionHandlers:
     # decide/respond signals naming an interrupt not open yet, with the history length of
     # the workflow task they came in (see ``_hold``)
     _held: deque[tuple[int, Decision | Response]]
+    # ids of accepted ``prompt`` updates and their turns, carried through continue-as-new
+    _prompt_updates: dict[str, int]
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
         record = self._ledger.new_turn()
         self._queue.append(Queued(turn_id=record.turn_id, content=content))
         return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
 
+    def _prompt_seen(self) -> int | None:
+        """The turn of this ``prompt`` update if an update of its id was accepted before.
+
+        An update completed in the same workflow task as continue-as-new can reach the new
+        run again, with its id (temporalio/temporal#6375): the prompt must not run twice.
+        """
+        info = workflow.current_update_info()
+        return None if info is None else self._prompt_updates.get(info.id)
+
     @workflow.update
     def prompt(self, input: PromptInput) -> PromptAck:
-        """Queue a prompt as a new turn; answers with its turn id."""
-        return self._enqueue(input.content)
+        """Queue a prompt as a new turn; answers with its turn id.
+
+        The same update id again (a redelivery) answers with the turn it already made.
+        """
+        seen = self._prompt_seen()
+        if seen is not None:
+            behind = next((i for i, q in enumerate(self._queue) if q.turn_id == seen), 0)
+            return PromptAck(turn_id=seen, queued_behind=behind)
+        ack = self._enqueue(input.content)
+        info = workflow.current_update_info()
+        if info is not None:
+            self._prompt_updates[info.id] = ack.turn_id
+            while len(self._prompt_updates) > PROMPT_UPDATES_KEPT:
+                del self._prompt_updates[next(iter(self._prompt_updates))]
+        return ack
 
     @prompt.validator
     def _validate_prompt(self, input: PromptInput) -> None:
         _expect(input, PromptInput)
+        if self._prompt_seen() is not None:
+            return  # accepted before: answered again, whatever the session's state now
         if self._init_error is not None:
             raise InputRejected(self._init_error)
         if self._closing:

@@ -135,6 +135,7 @@ class AgentSession(SessionHandlers):
         self._closed = False
         self._continuing = False
         self._tools_digest: str | None = None
+        self._prompt_updates = {}
         carried = input.carried
         if carried is not None and workflow.info().continued_run_id is None:
             # S1: carried state (a parked cycle, queued prompts) is trusted only when this
@@ -153,6 +154,7 @@ class AgentSession(SessionHandlers):
             self._cancel_reason = carried.cancel_reason
             self._closing = carried.closing
             self._cycle = carried.cycle
+            self._prompt_updates = dict(carried.prompt_updates)
             if carried.current_turn is not None:
                 self._current = self._ledger.turns[carried.current_turn]
             return
@@ -319,6 +321,7 @@ class AgentSession(SessionHandlers):
         carried.steering = self._steering
         carried.cancel_reason = self._cancel_reason
         carried.closing = self._closing
+        carried.prompt_updates = self._prompt_updates
         workflow.logger.info(
             "continuing as new: run %s, %s messages", carried.run, self._ledger.message_count
         )

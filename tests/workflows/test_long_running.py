@@ -17,7 +17,9 @@ from tests.conftest import SAMPLE_TOOLS, respond, run_histories, save_history, t
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
 from worker.sessions import KeelClient, RequestRejected
-from workflows.messages import Message
+from workflows.contracts import PromptInput
+from workflows.messages import Message, text_block
+from workflows.session import AgentSession
 
 
 def sid() -> str:
@@ -192,6 +194,37 @@ async def test_prompts_sent_during_the_switch_are_all_processed(
     assert len(set(user_texts)) == prompts
     assert user_texts[0] == "prompt 0" and [a.turn_id for a in by_turn] == list(range(1, 13))
     no_dangling(state.messages)
+
+
+async def test_a_prompt_update_delivered_again_in_the_next_run_makes_no_second_turn(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    # The server can deliver an update completed in the same workflow task as continue-as-new
+    # to the new run again, with its id (temporalio/temporal#6375). Sent again here by hand,
+    # with the same id, once the run that accepted it has continued as new.
+    config = script(
+        [
+            respond(text("one")),
+            respond(tool_use("t1", "echo", text="x"), stop="tool_use"),  # run 1 grows past
+            respond(text("two")),  # 20 events in turn 2 and continues as new in it
+        ],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    second = PromptInput(content=[text_block("two")])
+    async with run_worker():
+        first = await keel.prompt(session, "one", config=config)
+        await keel.wait_turn(session, first.turn_id, timeout_s=30)
+        accepted_in = (await keel.state(session)).run
+        handle = keel.handle(session)
+        ack = await handle.execute_update(AgentSession.prompt, second, id="prompt-two")
+        assert (await keel.wait_turn(session, ack.turn_id, timeout_s=30)).status == "completed"
+        again = await handle.execute_update(AgentSession.prompt, second, id="prompt-two")
+        state = await keel.state(session)
+    await save_history(keel.client, session, "prompt_update_again_in_next_run")
+    assert accepted_in == 1 and state.run > 1, "the test should have crossed into a new run"
+    assert again.turn_id == ack.turn_id == 2
+    assert [t.turn_id for t in state.turns] == [1, 2] and state.queued == []
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupted"])
