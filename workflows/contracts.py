@@ -171,8 +171,10 @@ class Carried(KeelModel):
     tool_use_ids: list[str] = Field(default_factory=list)
     cancel_reason: str | None = None
     closing: bool = False
-    # ids of the ``prompt`` updates accepted lately, with their turns (see SessionHandlers)
+    # ids of the ``prompt`` and ``steer`` updates accepted lately, with their turns (see
+    # SessionHandlers)
     prompt_updates: dict[str, int] = Field(default_factory=dict)
+    steer_updates: dict[str, int] = Field(default_factory=dict)
 
 
 class SessionInput(KeelModel):

@@ -38,8 +38,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger import Ledger
     from workflows.messages import ContentBlock
 
-# How many ``prompt`` update ids a session remembers across runs; the oldest leave first.
-PROMPT_UPDATES_KEPT = 200
+# How many ``prompt`` (and, apart, ``steer``) update ids a session remembers across runs;
+# the oldest leave first.
+UPDATE_IDS_KEPT = 200
 
 
 def _expect(value: object, kind: type) -> None:
@@ -83,22 +84,35 @@ class SessionHandlers:
     # decide/respond signals naming an interrupt not open yet, with the history length of
     # the workflow task they came in (see ``_hold``)
     _held: deque[tuple[int, Decision | Response]]
-    # ids of accepted ``prompt`` updates and their turns, carried through continue-as-new
+    # ids of accepted ``prompt`` and ``steer`` updates and their turns, carried through
+    # continue-as-new
     _prompt_updates: dict[str, int]
+    _steer_updates: dict[str, int]
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
         record = self._ledger.new_turn()
         self._queue.append(Queued(turn_id=record.turn_id, content=content))
         return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
 
-    def _prompt_seen(self) -> int | None:
-        """The turn of this ``prompt`` update if an update of its id was accepted before.
+    @staticmethod
+    def _seen(kept: dict[str, int]) -> int | None:
+        """The turn of this update if an update of its id was accepted before.
 
         An update completed in the same workflow task as continue-as-new can reach the new
-        run again, with its id (temporalio/temporal#6375): the prompt must not run twice.
+        run again, with its id (temporalio/temporal#6375): it must not act twice.
         """
         info = workflow.current_update_info()
-        return None if info is None else self._prompt_updates.get(info.id)
+        return None if info is None else kept.get(info.id)
+
+    @staticmethod
+    def _remember(kept: dict[str, int], turn_id: int) -> None:
+        """Remember this update's id with its turn; the oldest id leaves past the limit."""
+        info = workflow.current_update_info()
+        if info is None:
+            return
+        kept[info.id] = turn_id
+        while len(kept) > UPDATE_IDS_KEPT:
+            del kept[next(iter(kept))]
 
     @workflow.update
     def prompt(self, input: PromptInput) -> PromptAck:
@@ -106,22 +120,18 @@ class SessionHandlers:
 
         The same update id again (a redelivery) answers with the turn it already made.
         """
-        seen = self._prompt_seen()
+        seen = self._seen(self._prompt_updates)
         if seen is not None:
             behind = next((i for i, q in enumerate(self._queue) if q.turn_id == seen), 0)
             return PromptAck(turn_id=seen, queued_behind=behind)
         ack = self._enqueue(input.content)
-        info = workflow.current_update_info()
-        if info is not None:
-            self._prompt_updates[info.id] = ack.turn_id
-            while len(self._prompt_updates) > PROMPT_UPDATES_KEPT:
-                del self._prompt_updates[next(iter(self._prompt_updates))]
+        self._remember(self._prompt_updates, ack.turn_id)
         return ack
 
     @prompt.validator
     def _validate_prompt(self, input: PromptInput) -> None:
         _expect(input, PromptInput)
-        if self._prompt_seen() is not None:
+        if self._seen(self._prompt_updates) is not None:
             return  # accepted before: answered again, whatever the session's state now
         if self._init_error is not None:
             raise InputRejected(self._init_error)
@@ -233,15 +243,25 @@ class SessionHandlers:
 
     @workflow.update
     def steer(self, input: SteerInput) -> SteerAck:
-        """Add guidance that the model sees at the next safe point of the running turn."""
+        """Add guidance that the model sees at the next safe point of the running turn.
+
+        The same update id again (a redelivery) answers with the turn it steered and adds
+        nothing.
+        """
+        seen = self._seen(self._steer_updates)
+        if seen is not None:
+            return SteerAck(turn_id=seen)
         assert self._current is not None  # checked by the validator
         self._steering.append(input.text.strip())
         self._ledger.emit("steering_queued", turn=self._current.turn_id)
+        self._remember(self._steer_updates, self._current.turn_id)
         return SteerAck(turn_id=self._current.turn_id)
 
     @steer.validator
     def _validate_steer(self, input: SteerInput) -> None:
         _expect(input, SteerInput)
+        if self._seen(self._steer_updates) is not None:
+            return  # accepted before: answered again, whatever the session's state now
         if self._current is None:
             raise InputRejected("no turn is running to steer; send a prompt instead")
         if self._cancel_reason is not None:

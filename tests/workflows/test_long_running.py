@@ -17,7 +17,7 @@ from tests.conftest import SAMPLE_TOOLS, respond, run_histories, save_history, t
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
 from worker.sessions import KeelClient, RequestRejected
-from workflows.contracts import PromptInput
+from workflows.contracts import PromptInput, SteerInput
 from workflows.messages import Message, text_block
 from workflows.session import AgentSession
 
@@ -225,6 +225,43 @@ async def test_a_prompt_update_delivered_again_in_the_next_run_makes_no_second_t
     assert accepted_in == 1 and state.run > 1, "the test should have crossed into a new run"
     assert again.turn_id == ack.turn_id == 2
     assert [t.turn_id for t in state.turns] == [1, 2] and state.queued == []
+
+
+async def test_a_steer_update_delivered_again_in_the_next_run_adds_no_second_guidance(
+    keel: KeelClient, run_worker: Any, script: Any
+) -> None:
+    # As above, for ``steer``: the steer lands in run 1, the same id again in run 2, during
+    # the same turn. Taken twice, the guidance would reach the model twice.
+    config = script(
+        [
+            respond(tool_use("t1", "echo", text="x"), stop="tool_use", delay_s=1.0),
+            respond(tool_use("t2", "echo", text="y"), stop="tool_use", delay_s=1.5),
+            respond(text("done")),
+        ],
+        continue_as_new_events=20,  # run 1 ends at the safe point after t1
+    )
+    session = sid()
+    guidance = SteerInput(text="use metric units")
+    async with run_worker():
+        ack = await keel.prompt(session, "measure it", config=config)
+        handle = keel.handle(session)
+        steered = await handle.execute_update(AgentSession.steer, guidance, id="steer-one")
+        steered_in = (await keel.state(session)).run
+        for _ in range(100):
+            if (await keel.state(session)).run > 1:
+                break
+            await asyncio.sleep(0.05)
+        again = await handle.execute_update(AgentSession.steer, guidance, id="steer-one")
+        again_in = (await keel.state(session)).run
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "steer_update_again_in_next_run")
+    assert steered_in == 1 and again_in > 1, "the test should have crossed into a new run"
+    assert again.turn_id == steered.turn_id == ack.turn_id
+    assert done.status == "completed" and done.cycles == 3, done.error
+    texts = [b.text for m in state.messages for b in m.content if b.text is not None]
+    assert sum(t.endswith("use metric units") for t in texts) == 1, texts
+    assert sum(e.type == "steering_queued" for e in state.events) == 1
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupted"])
