@@ -171,10 +171,11 @@ class Carried(KeelModel):
     tool_use_ids: list[str] = Field(default_factory=list)
     cancel_reason: str | None = None
     closing: bool = False
-    # ids of the ``prompt`` and ``steer`` updates accepted lately, with their turns (see
-    # SessionHandlers)
+    # ids of the ``prompt`` updates accepted lately, with their turns; the answers (JSON) of
+    # the ``steer``, ``decide``, ``respond`` and ``cancel`` updates accepted lately, by
+    # ``<update name>/<update id>`` (see SessionHandlers)
     prompt_updates: dict[str, int] = Field(default_factory=dict)
-    steer_updates: dict[str, int] = Field(default_factory=dict)
+    update_acks: dict[str, str] = Field(default_factory=dict)
 
 
 class SessionInput(KeelModel):

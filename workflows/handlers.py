@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from temporalio import workflow
 
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionAck,
         Interrupt,
         InterruptStatus,
+        KeelModel,
         ModelResponse,
         PendingView,
         PromptAck,
@@ -38,9 +40,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ledger import Ledger
     from workflows.messages import ContentBlock
 
-# How many ``prompt`` (and, apart, ``steer``) update ids a session remembers across runs;
-# the oldest leave first.
+# How many ``prompt`` update ids, and apart how many answers of the other updates, a session
+# remembers across runs; the oldest leave first.
 UPDATE_IDS_KEPT = 200
+
+_Ack = TypeVar("_Ack", bound=KeelModel)
 
 
 def _expect(value: object, kind: type) -> None:
@@ -51,6 +55,18 @@ def _expect(value: object, kind: type) -> None:
     """
     if not isinstance(value, kind):
         raise InputRejected(f"expected a {kind.__name__} payload, got {type(value).__name__}")
+
+
+def _update_key() -> str | None:
+    """``<update name>/<update id>`` of the update being handled, if one is."""
+    info = workflow.current_update_info()
+    return None if info is None else f"{info.name}/{info.id}"
+
+
+def _keep_newest(kept: dict[str, Any]) -> None:
+    """Drop the oldest entries past ``UPDATE_IDS_KEPT``."""
+    while len(kept) > UPDATE_IDS_KEPT:
+        del kept[next(iter(kept))]
 
 
 @dataclass
@@ -84,35 +100,43 @@ class SessionHandlers:
     # decide/respond signals naming an interrupt not open yet, with the history length of
     # the workflow task they came in (see ``_hold``)
     _held: deque[tuple[int, Decision | Response]]
-    # ids of accepted ``prompt`` and ``steer`` updates and their turns, carried through
-    # continue-as-new
+    # carried through continue-as-new: ids of accepted ``prompt`` updates with their turns,
+    # and the answers of ``steer``, ``decide``, ``respond`` and ``cancel`` updates (JSON) by
+    # ``<update name>/<update id>``
     _prompt_updates: dict[str, int]
-    _steer_updates: dict[str, int]
+    _update_acks: dict[str, str]
 
     def _enqueue(self, content: list[ContentBlock]) -> PromptAck:
         record = self._ledger.new_turn()
         self._queue.append(Queued(turn_id=record.turn_id, content=content))
         return PromptAck(turn_id=record.turn_id, queued_behind=len(self._queue) - 1)
 
-    @staticmethod
-    def _seen(kept: dict[str, int]) -> int | None:
-        """The turn of this update if an update of its id was accepted before.
+    def _prompt_seen(self) -> int | None:
+        """The turn of this ``prompt`` update if an update of its id was accepted before.
 
         An update completed in the same workflow task as continue-as-new can reach the new
         run again, with its id (temporalio/temporal#6375): it must not act twice.
         """
         info = workflow.current_update_info()
-        return None if info is None else kept.get(info.id)
+        return None if info is None else self._prompt_updates.get(info.id)
 
-    @staticmethod
-    def _remember(kept: dict[str, int], turn_id: int) -> None:
-        """Remember this update's id with its turn; the oldest id leaves past the limit."""
-        info = workflow.current_update_info()
-        if info is None:
-            return
-        kept[info.id] = turn_id
-        while len(kept) > UPDATE_IDS_KEPT:
-            del kept[next(iter(kept))]
+    def _answered(self, kind: type[_Ack]) -> _Ack | None:
+        """The answer this update gave if an update of its name and id was accepted before.
+
+        As for ``prompt`` (see ``_prompt_seen``): a redelivered ``steer``, ``decide``,
+        ``respond`` or ``cancel`` gets its first answer again and acts no second time.
+        """
+        key = _update_key()
+        raw = None if key is None else self._update_acks.get(key)
+        return None if raw is None else kind.model_validate_json(raw)
+
+    def _answer(self, ack: _Ack) -> _Ack:
+        """Remember this update's answer under its name and id; returns the answer."""
+        key = _update_key()
+        if key is not None:
+            self._update_acks[key] = ack.model_dump_json()
+            _keep_newest(self._update_acks)
+        return ack
 
     @workflow.update
     def prompt(self, input: PromptInput) -> PromptAck:
@@ -120,18 +144,21 @@ class SessionHandlers:
 
         The same update id again (a redelivery) answers with the turn it already made.
         """
-        seen = self._seen(self._prompt_updates)
+        seen = self._prompt_seen()
         if seen is not None:
             behind = next((i for i, q in enumerate(self._queue) if q.turn_id == seen), 0)
             return PromptAck(turn_id=seen, queued_behind=behind)
         ack = self._enqueue(input.content)
-        self._remember(self._prompt_updates, ack.turn_id)
+        info = workflow.current_update_info()
+        if info is not None:
+            self._prompt_updates[info.id] = ack.turn_id
+            _keep_newest(self._prompt_updates)
         return ack
 
     @prompt.validator
     def _validate_prompt(self, input: PromptInput) -> None:
         _expect(input, PromptInput)
-        if self._seen(self._prompt_updates) is not None:
+        if self._prompt_seen() is not None:
             return  # accepted before: answered again, whatever the session's state now
         if self._init_error is not None:
             raise InputRejected(self._init_error)
@@ -144,16 +171,24 @@ class SessionHandlers:
 
     @workflow.update
     def decide(self, input: Decision) -> DecisionAck:
-        """Approve or deny a pending interrupt; the tool input stays the model's."""
+        """Approve or deny a pending interrupt; the tool input stays the model's.
+
+        The same update id again (a redelivery) gets the same answer and decides nothing.
+        """
+        again = self._answered(DecisionAck)
+        if again is not None:
+            return again
         interrupt = check_decision(self._ledger.interrupts, input, self._config)
         self._apply_decision(interrupt, input)
-        return DecisionAck(
-            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        return self._answer(
+            DecisionAck(interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status)
         )
 
     @decide.validator
     def _validate_decide(self, input: Decision) -> None:
         _expect(input, Decision)
+        if self._answered(DecisionAck) is not None:
+            return  # accepted before: answered again, whatever the session's state now
         check_decision(self._ledger.interrupts, input, self._config)
 
     @workflow.signal(name="decide")
@@ -213,16 +248,24 @@ class SessionHandlers:
 
     @workflow.update
     def respond(self, input: Response) -> DecisionAck:
-        """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it."""
+        """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it.
+
+        The same update id again (a redelivery) gets the same answer and answers nothing.
+        """
+        again = self._answered(DecisionAck)
+        if again is not None:
+            return again
         interrupt = check_response(self._ledger.interrupts, input, self._config)
         self._apply_response(interrupt, input)
-        return DecisionAck(
-            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        return self._answer(
+            DecisionAck(interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status)
         )
 
     @respond.validator
     def _validate_respond(self, input: Response) -> None:
         _expect(input, Response)
+        if self._answered(DecisionAck) is not None:
+            return  # accepted before: answered again, whatever the session's state now
         check_response(self._ledger.interrupts, input, self._config)
 
     @workflow.signal(name="respond")
@@ -248,19 +291,18 @@ class SessionHandlers:
         The same update id again (a redelivery) answers with the turn it steered and adds
         nothing.
         """
-        seen = self._seen(self._steer_updates)
-        if seen is not None:
-            return SteerAck(turn_id=seen)
+        again = self._answered(SteerAck)
+        if again is not None:
+            return again
         assert self._current is not None  # checked by the validator
         self._steering.append(input.text.strip())
         self._ledger.emit("steering_queued", turn=self._current.turn_id)
-        self._remember(self._steer_updates, self._current.turn_id)
-        return SteerAck(turn_id=self._current.turn_id)
+        return self._answer(SteerAck(turn_id=self._current.turn_id))
 
     @steer.validator
     def _validate_steer(self, input: SteerInput) -> None:
         _expect(input, SteerInput)
-        if self._seen(self._steer_updates) is not None:
+        if self._answered(SteerAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
         if self._current is None:
             raise InputRejected("no turn is running to steer; send a prompt instead")
@@ -271,18 +313,27 @@ class SessionHandlers:
 
     @workflow.update
     def cancel(self, input: CancelInput) -> CancelAck:
-        """Stop the running turn at the next step and cancel its model call and tools."""
+        """Stop the running turn at the next step and cancel its model call and tools.
+
+        The same update id again (a redelivery) gets the same answer and cancels nothing: the
+        turn running by then may be another one.
+        """
+        again = self._answered(CancelAck)
+        if again is not None:
+            return again
         assert self._current is not None  # checked by the validator
         self._cancel_reason = input.reason or "cancelled by user"
         if self._model_call is not None:
             self._model_call.cancel()
         for handle in self._tool_calls.values():
             handle.cancel()
-        return CancelAck(turn_id=self._current.turn_id)
+        return self._answer(CancelAck(turn_id=self._current.turn_id))
 
     @cancel.validator
     def _validate_cancel(self, input: CancelInput) -> None:
         _expect(input, CancelInput)
+        if self._answered(CancelAck) is not None:
+            return  # accepted before: answered again, whatever the session's state now
         if self._current is None:
             raise InputRejected("no turn is running in this session")
         if self._cancel_reason is not None:

@@ -136,7 +136,7 @@ class AgentSession(SessionHandlers):
         self._continuing = False
         self._tools_digest: str | None = None
         self._prompt_updates = {}
-        self._steer_updates = {}
+        self._update_acks = {}
         carried = input.carried
         if carried is not None and workflow.info().continued_run_id is None:
             # S1: carried state (a parked cycle, queued prompts) is trusted only when this
@@ -156,7 +156,7 @@ class AgentSession(SessionHandlers):
             self._closing = carried.closing
             self._cycle = carried.cycle
             self._prompt_updates = dict(carried.prompt_updates)
-            self._steer_updates = dict(carried.steer_updates)
+            self._update_acks = dict(carried.update_acks)
             if carried.current_turn is not None:
                 self._current = self._ledger.turns[carried.current_turn]
             return
@@ -324,7 +324,7 @@ class AgentSession(SessionHandlers):
         carried.cancel_reason = self._cancel_reason
         carried.closing = self._closing
         carried.prompt_updates = self._prompt_updates
-        carried.steer_updates = self._steer_updates
+        carried.update_acks = self._update_acks
         workflow.logger.info(
             "continuing as new: run %s, %s messages", carried.run, self._ledger.message_count
         )

@@ -14,10 +14,11 @@ from temporalio.client import Client
 from activities.store import ConversationStore, open_store
 from activities.store.base import canonical_json
 from tests.conftest import SAMPLE_TOOLS, respond, run_histories, save_history, text, tool_use
+from tests.workflows.test_approvals import lines
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
 from worker.sessions import KeelClient, RequestRejected
-from workflows.contracts import PromptInput, SteerInput
+from workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
 from workflows.messages import Message, text_block
 from workflows.session import AgentSession
 
@@ -262,6 +263,55 @@ async def test_a_steer_update_delivered_again_in_the_next_run_adds_no_second_gui
     texts = [b.text for m in state.messages for b in m.content if b.text is not None]
     assert sum(t.endswith("use metric units") for t in texts) == 1, texts
     assert sum(e.type == "steering_queued" for e in state.events) == 1
+
+
+async def test_decide_and_cancel_updates_delivered_again_in_a_later_run_act_once(
+    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+) -> None:
+    # As above, for ``decide`` and ``cancel``: each sent again with its id once the session
+    # has moved to a later run and another turn is running. The decision must not come back
+    # as an error (it took effect), and the cancel must not stop the turn running now.
+    target = tmp_path / "approved.txt"
+    config = script(
+        [
+            respond(
+                tool_use("g1", "guarded_record", path=str(target), value="once"), stop="tool_use"
+            ),
+            respond(text("recorded")),
+            # turn 2 is cancelled while this call waits, so turn 3 gets it again
+            respond(text("three"), delay_s=3.0),
+        ],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    handle = keel.handle(session)
+    async with run_worker():
+        waiting = await keel.run(session, "record it", config=config, timeout_s=30)
+        assert waiting.status == "interrupted", waiting
+        decision = Decision(interrupt_id=waiting.interrupts[0].id, decision="approve")
+        decided = await handle.execute_update(AgentSession.decide, decision, id="decide-one")
+        decided_in = (await keel.state(session)).run
+        assert (await keel.wait_turn(session, 1, timeout_s=30)).status == "completed"
+        second = await keel.prompt(session, "two")
+        stop = CancelInput(reason="changed my mind")
+        cancelled = await handle.execute_update(AgentSession.cancel, stop, id="cancel-one")
+        cancelled_in = (await keel.state(session)).run
+        assert (await keel.wait_turn(session, second.turn_id, timeout_s=30)).status == "cancelled"
+        third = await keel.prompt(session, "three")
+        for _ in range(100):
+            if (await keel.state(session)).run > cancelled_in:
+                break
+            await asyncio.sleep(0.05)
+        decided_again = await handle.execute_update(AgentSession.decide, decision, id="decide-one")
+        cancelled_again = await handle.execute_update(AgentSession.cancel, stop, id="cancel-one")
+        again_in = (await keel.state(session)).run
+        done = await keel.wait_turn(session, third.turn_id, timeout_s=30)
+    await save_history(keel.client, session, "decide_cancel_again_in_later_run")
+    assert decided_in < again_in and cancelled_in < again_in, "should have crossed into a new run"
+    assert decided_again == decided and decided.status == "approved"
+    assert cancelled_again == cancelled and cancelled.turn_id == second.turn_id
+    assert done.status == "completed", done
+    assert lines(target) == ["once"]
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupted"])
