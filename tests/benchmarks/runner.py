@@ -128,9 +128,12 @@ class Figure:
     unit: str
     keel: float | None = None
     floor: float | None = None
+    paired: float | None = None  # a ratio measured pair by pair, not of the two figures
 
     @property
     def ratio(self) -> float | None:
+        if self.paired is not None:
+            return self.paired
         if self.keel is None or not self.floor:
             return None
         return self.keel / self.floor
@@ -163,6 +166,13 @@ class Report:
             self.out(f"floor.{name} {fmt(floor)} {unit}")
         if figure.ratio is not None:
             self.out(f"ratio.{name} {figure.ratio:.3f} x")
+        return figure
+
+    def add_ratio(self, name: str, ratio: float) -> Figure:
+        """A ratio of its own (say, the mean of ratios taken pair by pair): one line."""
+        figure = Figure(name, "x", paired=ratio)
+        self.figures[name] = figure
+        self.out(f"ratio.{name} {ratio:.3f} x")
         return figure
 
     def markdown(self) -> str:
@@ -597,6 +607,7 @@ class Bench:
         cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         server_cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         runs: list[str] = []
+        in_order: list[tuple[str, float]] = []
         for repeat in range(o.throughput_repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
                 system, proc = systems[name], procs[name]
@@ -611,6 +622,7 @@ class Bench:
                 elapsed = time.monotonic() - started
                 cycles = sessions * o.throughput_cycles
                 rate[name].append(cycles / elapsed)
+                in_order.append((name, rate[name][-1]))
                 cpu[name].append((proc.cpu() - cpu_before) / cycles * 1000)
                 run = f"{name} {rate[name][-1]:.1f} ({cpu[name][-1]:.2f}"
                 if self.server_pid:
@@ -624,6 +636,19 @@ class Bench:
             + " CPU ms per cycle): "
             + ", ".join(runs)
         )
+        # Side by side: each pair of consecutive runs (one repeat) holds one run of each
+        # system, close in time, so the server's drift over the whole run cancels out.
+        paired = []
+        for first, second in zip(in_order[::2], in_order[1::2], strict=True):
+            by_system = dict((first, second))
+            paired.append(by_system["keel"] / by_system["floor"])
+        self.report.note(
+            f"throughput[sessions={sessions}] side by side: Keel ahead in "
+            f"{sum(r > 1 for r in paired)} of {len(paired)} "
+            + ("pair" if len(paired) == 1 else "pairs")
+            + " of consecutive runs"
+        )
+        self.report.add_ratio(f"throughput_paired[sessions={sessions}]", statistics.mean(paired))
         median = statistics.median
         self.report.add(
             f"throughput[sessions={sessions}]",

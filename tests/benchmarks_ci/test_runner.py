@@ -71,6 +71,8 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     assert any(line.startswith("# server:") and "persistence=" in line for line in lines)
     runs = next(line for line in lines if line.startswith("# throughput[sessions=3] runs"))
     assert runs.count("keel ") == 1 and runs.count("floor ") == 1, runs
+    assert figures["ratio.throughput_paired[sessions=3]"][1] == "x"
+    assert any("side by side: Keel ahead in" in line and "of 1 pair of" in line for line in lines)
 
     keel_10 = figures["keel.history_bytes_per_cycle[cycles=10]"][0]
     keel_40 = figures["keel.history_bytes_per_cycle[cycles=40]"][0]
