@@ -607,7 +607,9 @@ class Bench:
         cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         server_cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         runs: list[str] = []
-        in_order: list[tuple[str, float]] = []
+        # Side by side: each repeat runs each system once, close in time, so the ratio of
+        # its two runs cancels the server's drift over the whole run.
+        paired: list[float] = []
         for repeat in range(o.throughput_repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
                 system, proc = systems[name], procs[name]
@@ -622,7 +624,6 @@ class Bench:
                 elapsed = time.monotonic() - started
                 cycles = sessions * o.throughput_cycles
                 rate[name].append(cycles / elapsed)
-                in_order.append((name, rate[name][-1]))
                 cpu[name].append((proc.cpu() - cpu_before) / cycles * 1000)
                 run = f"{name} {rate[name][-1]:.1f} ({cpu[name][-1]:.2f}"
                 if self.server_pid:
@@ -630,18 +631,13 @@ class Bench:
                     server_cpu[name].append(server / cycles * 1000)
                     run += f" + {server_cpu[name][-1]:.2f}"
                 runs.append(run + ")")
+            paired.append(rate["keel"][-1] / rate["floor"][-1])
         self.report.note(
             f"throughput[sessions={sessions}] runs in order, cycles/s (worker"
             + (" + server" if self.server_pid else "")
             + " CPU ms per cycle): "
             + ", ".join(runs)
         )
-        # Side by side: each pair of consecutive runs (one repeat) holds one run of each
-        # system, close in time, so the server's drift over the whole run cancels out.
-        paired = []
-        for first, second in zip(in_order[::2], in_order[1::2], strict=True):
-            by_system = dict((first, second))
-            paired.append(by_system["keel"] / by_system["floor"])
         self.report.note(
             f"throughput[sessions={sessions}] side by side: Keel ahead in "
             f"{sum(r > 1 for r in paired)} of {len(paired)} "
