@@ -62,6 +62,25 @@ def _content(prompt: str | Sequence[ContentBlock]) -> list[ContentBlock]:
     return [text_block(prompt)] if isinstance(prompt, str) else list(prompt)
 
 
+async def _collect_start_error(start: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Retrieve the error temporalio also set on a failed start's handle.
+
+    When update-with-start fails before the workflow starts, temporalio sets the error on the
+    start operation's handle future as well. Nobody awaits that future here, so asyncio would
+    log "Future exception was never retrieved" with a traceback when the garbage collector
+    frees it, long after the caller got its clean error. Python 3.11 formats that traceback
+    with ``ast.parse``; run inside another ``ast.parse``, it fails that one with
+    ``SystemError`` (CPython gh-106905).
+    """
+    waiter = asyncio.ensure_future(start.workflow_handle())
+    await asyncio.sleep(0)  # one loop turn: the waiter has seen a future that is settled
+    if waiter.done():
+        if not waiter.cancelled():
+            waiter.exception()
+    else:  # the start never answered (the call was cancelled first): nothing to collect
+        waiter.cancel()
+
+
 class KeelClient(SessionReader):
     """Talks to ``AgentSession`` workflows on one task queue.
 
@@ -107,12 +126,16 @@ class KeelClient(SessionReader):
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        return await call_session(
-            session_id,
-            self.client.execute_update_with_start_workflow(
-                AgentSession.prompt, update, start_workflow_operation=start
-            ),
-        )
+        try:
+            return await call_session(
+                session_id,
+                self.client.execute_update_with_start_workflow(
+                    AgentSession.prompt, update, start_workflow_operation=start
+                ),
+            )
+        except Exception:
+            await _collect_start_error(start)
+            raise
 
     async def wait_turn(
         self,

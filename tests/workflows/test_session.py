@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -158,6 +160,30 @@ async def test_imported_trailing_tool_use_is_never_run(
     assert last_user[1] == {"text": "continue"}
     assert not any(e.type == "tool_started" for e in state.events)
     no_dangling(state.messages)
+
+
+async def test_a_refused_import_leaves_no_unretrieved_error_behind(
+    keel: KeelClient, script: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start the server refuses fails once, cleanly; nothing is logged when it is freed.
+
+    temporalio also sets the error on the start operation's handle; left unretrieved, asyncio
+    logs it when collected, in whatever code runs then (in Python 3.11 that breaks an
+    ``ast.parse`` running at that moment, CPython gh-106905).
+    """
+    oversized = [Message.model_validate({"role": "user", "content": [text("y" * 2_500_000)]})]
+
+    async def refused() -> str:
+        try:
+            await keel.prompt(sid(), "hi", config=script([]), messages=oversized)
+        except Exception as err:  # noqa: BLE001 - the error is what the test reads
+            return str(err)
+        return "accepted"
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        assert "Blob data size exceeds limit" in await refused()
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 async def test_parallel_tools_take_the_slowest_time_results_in_order(
