@@ -77,7 +77,7 @@ async def _collect_start_error(start: WithStartWorkflowOperation[Any, Any]) -> N
     if waiter.done():
         if not waiter.cancelled():
             waiter.exception()
-    else:  # the start never answered (the call was cancelled first): nothing to collect
+    else:  # the call failed before any answer from the server: the handle was never settled
         waiter.cancel()
 
 
