@@ -4,12 +4,12 @@ Public surface::
 
     from activities import tool, ToolContext          # declare tools
     from activities import open_store                 # a conversation store
-    from activities import ModelActivities, ToolActivities, describe_tools  # for a worker
+    from activities import ModelActivities, ToolActivities  # for a worker
 """
 
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
-from activities.tool_run import ToolActivities, describe_tools
+from activities.tool_run import ToolActivities
 from activities.tools import ToolContext, tool
 
 __all__ = [
@@ -17,7 +17,6 @@ __all__ = [
     "ModelActivities",
     "ToolActivities",
     "ToolContext",
-    "describe_tools",
     "open_store",
     "tool",
 ]

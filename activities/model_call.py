@@ -22,15 +22,16 @@ from activities.models import (
 )
 from activities.store import ConversationStore, StoreCorrupt, StoreError
 from activities.tools import ToolModuleError, specs_for_modules
-from workflows.boundary import merge_roles
-from workflows.contracts import ModelRequest, ModelResponse, PrefixRef, ToolSpec
-from workflows.messages import ContentBlock, Message
-from workflows.policies import (
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.activity_options import (
     MODEL_ACTIVITY,
     MODEL_ERROR_NON_RETRYABLE,
     STORE_ERROR,
     TOOL_REGISTRY_ERROR,
 )
+from workflows.boundary import merge_roles
+from workflows.contracts import PrefixRef, ToolSpec
+from workflows.messages import ContentBlock, Message
 
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
@@ -90,7 +91,7 @@ class ModelActivities:
 
     def _resolve(
         self, request: ModelRequest
-    ) -> tuple[ModelRequest, PrefixRef | None, str, list[ToolSpec] | None]:
+    ) -> tuple[ModelRequest, PrefixRef | None, str | None, list[ToolSpec] | None]:
         """Store what the request brings inline; the request as the model sees it.
 
         Returns:
@@ -109,12 +110,11 @@ class ModelActivities:
         if request.describe_modules is not None:
             tools = described = specs_for_modules(request.describe_modules)
             digest = self._put_specs(tools)
-        elif request.tools_digest is not None and not request.tools:
+        elif request.tools_digest is not None:
             tools = self._specs(request.tools_digest)
             digest = request.tools_digest
-        else:
-            tools = request.tools  # inline: from a session started before describe_modules
-            digest = self._put_specs(tools)
+        else:  # a request without either: a session that offers no tools
+            tools, digest = [], None
         view = request.model_copy(
             update={
                 "prefix": None,

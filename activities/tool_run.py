@@ -1,4 +1,4 @@
-"""The tool activities: run one tool call, and describe the tools a session may use.
+"""The tool activity: run one tool call.
 
 A tool's failure is the model's business, not Temporal's: an unknown tool, invalid input, an
 exception, a timeout or an unusable return value all become an error toolResult, and the
@@ -21,7 +21,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import LoopHeartbeats
 from activities.store import ConversationStore
@@ -29,22 +28,14 @@ from activities.tools import (
     RegisteredTool,
     ToolContext,
     ToolInterrupted,
-    ToolModuleError,
     get_tool,
     registered_tools,
-    specs_for_modules,
 )
-from workflows.contracts import (
-    DescribeToolsInput,
-    DescribeToolsResult,
-    ToolQuestion,
-    ToolRequest,
-    ToolResponse,
-)
-from workflows.messages import ToolResult, ToolResultContent
-from workflows.policies import DESCRIBE_TOOLS_ACTIVITY, TOOL_ACTIVITY, TOOL_REGISTRY_ERROR
+from workflows.activity_contracts import ToolQuestion, ToolRequest, ToolResponse
+from workflows.activity_options import TOOL_ACTIVITY
+from workflows.messages import ToolResult, ToolResultContent, error_result
 
-__all__ = ["ToolActivities", "describe_tools", "run_tool"]
+__all__ = ["ToolActivities", "run_tool"]
 
 _HEARTBEAT_EVERY_S = 5.0
 # One tool result must fit a Temporal payload (2 MB) with room for the rest of the request.
@@ -192,26 +183,6 @@ def _finish(
         raise _KeepFailed(err) from err
 
 
-@activity.defn(name=DESCRIBE_TOOLS_ACTIVITY)
-async def describe_tools(request: DescribeToolsInput) -> DescribeToolsResult:
-    """The specs of the tools a session may use.
-
-    Args:
-        request: the session's tool modules; empty means every tool this worker loaded.
-
-    Returns:
-        The tools' specs.
-
-    Raises:
-        ApplicationError: non-retryable, of type ``TOOL_REGISTRY_ERROR``, when a requested
-            module has no tools on this worker.
-    """
-    try:
-        return DescribeToolsResult(tools=specs_for_modules(request.modules))
-    except ToolModuleError as err:
-        raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
-
-
 async def _invoke(
     entry: RegisteredTool,
     ctx: ToolContext,
@@ -293,8 +264,4 @@ def _secs(timeout: float | None) -> str:
 
 
 def _error(tool_use_id: str, text: str) -> ToolResponse:
-    return ToolResponse(
-        result=ToolResult(
-            toolUseId=tool_use_id, status="error", content=[ToolResultContent(text=text)]
-        )
-    )
+    return ToolResponse(result=error_result(tool_use_id, text))

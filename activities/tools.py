@@ -23,7 +23,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from workflows.contracts import ToolSpec
-from workflows.hooks import policies_of
+from workflows.tool_policies import policies_of
 
 __all__ = [
     "RegisteredTool",

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from activities.tools import ToolContext, tool
-from workflows.hooks import Verdict, tool_policy
 from workflows.messages import ToolUse
+from workflows.tool_policies import Verdict, tool_policy
 
 __all__ = [
     "add",
@@ -193,5 +193,5 @@ def payments(use: ToolUse) -> Verdict:
     if use.input.get("to") == "mallory":
         return Verdict.deny("mallory is on the block list")
     if use.input.get("amount", 0) > 1000:
-        return Verdict.approve("transfers over 1000 need approval")
+        return Verdict.require_approval("transfers over 1000 need approval")
     return Verdict.run()

@@ -16,7 +16,7 @@ from temporalio.worker import Interceptor, Worker
 
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
-from activities.tool_run import ToolActivities, describe_tools
+from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
 from worker.interceptors import KeelInterceptor
 from worker.payloads import DATA_CONVERTER
@@ -102,7 +102,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentSession],
-        activities=[ModelActivities(store).converse, ToolActivities(store).run, describe_tools],
+        activities=[ModelActivities(store).converse, ToolActivities(store).run],
         **options,
     )
 

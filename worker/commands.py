@@ -197,7 +197,7 @@ async def _finish_turn(
     follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
     record = await follower.turn_settled(turn_id)
     refused: set[str] = set()
-    while record.status == "interrupted" and _interactive(args):
+    while record.status == "awaiting_human" and _interactive(args):
         asked = [i for i in record.interrupts if i.id not in refused]
         if not asked:
             break
@@ -380,7 +380,7 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
         nonlocal waiting
         if not args.until_idle:
             return False
-        waiting = any(t.status == "interrupted" for t in state.turns)
+        waiting = any(t.status == "awaiting_human" for t in state.turns)
         return waiting or all(t.status not in ("queued", "running") for t in state.turns)
 
     async with _existing_session(settings, args.session) as keel:

@@ -23,7 +23,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
-STATUS_EXIT = {"completed": EXIT_OK, "interrupted": EXIT_WAITING}
+STATUS_EXIT = {"completed": EXIT_OK, "awaiting_human": EXIT_WAITING}
+# The CLI contract names a turn that waits for a person ``interrupted``.
+CONTRACT_STATUS = {"awaiting_human": "interrupted"}
 
 
 def interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
         "session": session,
         "workflow_id": session,
         "turn": record.turn_id,
-        "status": record.status,
+        "status": CONTRACT_STATUS.get(record.status, record.status),
         "stop_reason": record.stop_reason,
         "interrupts": [interrupt_json(i) for i in record.interrupts],
         "message": record.message.model_dump(mode="json") if record.message else None,
@@ -76,10 +78,10 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
         print(json.dumps(turn_json(session, record)))
     else:
         answer = text_of(record.message)
-        if answer and record.status != "interrupted":
+        if answer and record.status != "awaiting_human":
             print(answer)
         print_interrupts(session, record.interrupts)
-        if record.status not in ("completed", "interrupted"):
+        if record.status not in ("completed", "awaiting_human"):
             print(
                 f"turn {record.turn_id} of session {session} {record.status}"
                 + (f": {record.error}" if record.error else ""),

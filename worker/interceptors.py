@@ -43,7 +43,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from workflows.policies import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.activity_options import MODEL_ACTIVITY, TOOL_ACTIVITY
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -24,16 +24,16 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store import ConversationStore, StoreError
+from workflows.activity_options import MODEL_ACTIVITY
 from workflows.contracts import (
     Event,
     PendingView,
     SessionConfig,
-    SessionInput,
     SessionState,
     StateQuery,
     TurnRecord,
 )
-from workflows.policies import MODEL_ACTIVITY
+from workflows.ledger import SessionInput
 from workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 # A turn in one of these states is over.
 ENDED = frozenset({"completed", "failed", "cancelled"})
 # A turn in one of these states waits for nobody but a human, or is over.
-SETTLED = ENDED | {"interrupted"}
+SETTLED = ENDED | {"awaiting_human"}
 POLL_START_S = 0.05
 POLL_MAX_S = 0.5
 # How often a follower checks, while nothing happens, whether the workflow still runs.
@@ -51,7 +51,17 @@ FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 class RequestRejected(Exception):
-    """The session refused a request (invalid prompt, nothing to cancel ...), with why."""
+    """The session refused a request (a validator said no); nothing was written.
+
+    Attributes:
+        kind: the type of the session's error, e.g. ``"UnknownInterrupt"`` or
+            ``"InputRejected"``: what a caller can act on without reading the message.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        """The reason, as the session gave it, and its type."""
+        super().__init__(message)
+        self.kind = kind
 
 
 class SessionNotFound(Exception):
@@ -109,7 +119,8 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
         return await call
     except WorkflowUpdateFailedError as err:
         cause = err.cause
-        raise RequestRejected(getattr(cause, "message", None) or str(cause or err)) from err
+        message = getattr(cause, "message", None) or str(cause or err)
+        raise RequestRejected(message, kind=getattr(cause, "type", None)) from err
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise SessionNotFound(f"no session {session_id!r}") from err

@@ -25,23 +25,23 @@ from worker.session_reads import (
     SessionSummary,
     call_session,
 )
-from workflows.approvals import UNKNOWN_INTERRUPT
+from workflows.approvals import UnknownInterrupt
 from workflows.boundary import InputRejected, validate_prompt
 from workflows.contracts import (
+    Answer,
     CancelAck,
     CancelInput,
     CloseInput,
     Decision,
-    DecisionAck,
+    InterruptAck,
     PromptAck,
     PromptInput,
-    Response,
     SessionConfig,
-    SessionInput,
     SteerAck,
     SteerInput,
     TurnRecord,
 )
+from workflows.ledger import SessionInput
 from workflows.messages import ContentBlock, Message, text_block
 from workflows.session import AgentSession
 
@@ -204,7 +204,7 @@ class KeelClient(SessionReader):
         *,
         reason: str | None = None,
         approver: str | None = None,
-    ) -> DecisionAck:
+    ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
         Raises:
@@ -222,14 +222,14 @@ class KeelClient(SessionReader):
 
     async def respond(
         self, session_id: str, interrupt_id: str, value: Any, *, responder: str | None = None
-    ) -> DecisionAck:
+    ) -> InterruptAck:
         """Answer a tool's question (the validated ``respond`` update).
 
         Raises:
             RequestRejected: the id is unknown, no longer pending or not a question, or the
                 responder is not allowed; nothing was written to the session's history.
         """
-        update = Response(interrupt_id=interrupt_id, value=value, responder=responder)
+        update = Answer(interrupt_id=interrupt_id, value=value, responder=responder)
         return await _settling(
             lambda: call_session(
                 session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
@@ -269,7 +269,7 @@ async def _settling(send: Callable[[], Awaitable[T]]) -> T:
         try:
             return await send()
         except RequestRejected as err:
-            if not str(err).startswith(UNKNOWN_INTERRUPT):
+            if err.kind != UnknownInterrupt.__name__:
                 raise
         await asyncio.sleep(delay)
     return await send()

@@ -36,7 +36,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from worker.interceptors import TurnSpan, tool_status
 from worker.settings import DEFAULT_SERVICE_NAME
-from workflows.policies import MODEL_ACTIVITY
+from workflows.activity_options import MODEL_ACTIVITY
 
 __all__ = [
     "ActivityTracer",

@@ -1,29 +1,87 @@
 """Deterministic workflow code: the session workflow, the message model, the agent loop.
 
-Imports only the standard library, temporalio, pydantic and its own modules.
+Imports only the standard library, temporalio, pydantic and its own modules. Public surface::
+
+    from workflows import AgentSession, SessionConfig, SessionInput    # the workflow
+    from workflows import Message, ContentBlock, ToolUse, ToolResult    # Converse messages
+    from workflows import tool_policy, Verdict                          # tool policies
+
+The modules behind it are internal: ``session`` (the loop), ``handlers`` (updates, signals,
+queries), ``ledger`` (the state), ``contracts`` and ``activity_contracts`` (typed inputs and
+outputs), ``boundary`` and ``approvals`` (security checks), ``cycle``, ``activity_options``.
 """
 
+from workflows.approvals import UnknownInterrupt
+from workflows.boundary import InputRejected
 from workflows.contracts import (
+    Answer,
+    CancelAck,
+    CancelInput,
+    CloseInput,
+    Decision,
+    Event,
+    InferenceConfig,
+    Interrupt,
+    InterruptAck,
+    PendingView,
     PromptAck,
     PromptInput,
     SessionConfig,
-    SessionInput,
+    SessionResult,
     SessionState,
     StateQuery,
+    SteerAck,
+    SteerInput,
     TurnRecord,
 )
-from workflows.messages import ContentBlock, Message
+from workflows.ledger import SessionInput
+from workflows.messages import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    TokenUsage,
+    ToolResult,
+    ToolResultContent,
+    ToolUse,
+    text_block,
+)
 from workflows.session import AgentSession
+from workflows.tool_policies import Verdict, tool_policy
 
 __all__ = [
     "AgentSession",
+    "Answer",
+    "CancelAck",
+    "CancelInput",
+    "CloseInput",
     "ContentBlock",
+    "Decision",
+    "DocumentBlock",
+    "Event",
+    "ImageBlock",
+    "InferenceConfig",
+    "InputRejected",
+    "Interrupt",
+    "InterruptAck",
     "Message",
+    "PendingView",
     "PromptAck",
     "PromptInput",
     "SessionConfig",
     "SessionInput",
+    "SessionResult",
     "SessionState",
     "StateQuery",
+    "SteerAck",
+    "SteerInput",
+    "TokenUsage",
+    "ToolResult",
+    "ToolResultContent",
+    "ToolUse",
     "TurnRecord",
+    "UnknownInterrupt",
+    "Verdict",
+    "text_block",
+    "tool_policy",
 ]

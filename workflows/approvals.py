@@ -8,11 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workflows.boundary import InputRejected
-from workflows.contracts import Decision, Interrupt, Response, SessionConfig, ToolSpec
+from workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
 
-# How a decision or answer naming no interrupt of this run is refused; ``KeelClient`` sends
-# such a request again for a moment (an interrupt can show before it opens).
-UNKNOWN_INTERRUPT = "unknown interrupt id "
+
+class UnknownInterrupt(InputRejected):
+    """A decision or answer names no interrupt of this session.
+
+    Its own type, so that clients can act on it without reading the message: ``KeelClient``
+    sends such a request again for a moment, as an interrupt can show before it opens.
+    """
 
 
 def needs_approval(spec: ToolSpec, config: SessionConfig) -> bool:
@@ -34,8 +38,9 @@ def check_decision(
         The pending interrupt to decide.
 
     Raises:
-        InputRejected: the id is unknown or no longer pending, or the approver is not
-            allowed.
+        UnknownInterrupt: the id names no interrupt of this session.
+        InputRejected: the interrupt is no longer pending or is a question, or the approver
+            is not allowed.
     """
     interrupt = _pending(interrupts, decision.interrupt_id)
     if interrupt.kind != "approval":
@@ -44,19 +49,20 @@ def check_decision(
     return interrupt
 
 
-def check_response(
-    interrupts: Mapping[str, Interrupt], response: Response, config: SessionConfig
+def check_answer(
+    interrupts: Mapping[str, Interrupt], answer: Answer, config: SessionConfig
 ) -> Interrupt:
-    """The pending question a response answers, or why the response is refused.
+    """The pending question an answer is for, or why the answer is refused.
 
     Raises:
-        InputRejected: the id is unknown or no longer pending, names an approval, or the
+        UnknownInterrupt: the id names no interrupt of this session.
+        InputRejected: the interrupt is no longer pending or is an approval, or the
             responder is not allowed.
     """
-    interrupt = _pending(interrupts, response.interrupt_id)
+    interrupt = _pending(interrupts, answer.interrupt_id)
     if interrupt.kind != "question":
         raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
-    _check_person(config, response.responder, "response")
+    _check_person(config, answer.responder, "answer")
     return interrupt
 
 
@@ -65,7 +71,7 @@ def _pending(interrupts: Mapping[str, Interrupt], interrupt_id: str) -> Interrup
     if interrupt is None:
         waiting = [i.id for i in interrupts.values() if i.status == "pending"]
         hint = f"; pending: {', '.join(waiting)}" if waiting else "; nothing is pending"
-        raise InputRejected(f"{UNKNOWN_INTERRUPT}{interrupt_id!r}{hint}")
+        raise UnknownInterrupt(f"unknown interrupt id {interrupt_id!r}{hint}")
     if interrupt.status != "pending":
         raise InputRejected(
             f"interrupt {interrupt.id!r} is no longer pending: it was {interrupt.status}"

@@ -121,9 +121,13 @@ def normalise_history(messages: Sequence[Message]) -> list[Message]:
                         "of the message before it"
                     )
                 answered.append(use_id)
-        missing = [error_result(u, NOT_EXECUTED) for u in open_uses if u not in answered]
+        missing = [_not_executed(u) for u in open_uses if u not in answered]
         out.append(Message(role="user", content=[*missing, *msg.content]))
         open_uses = []
     if open_uses:
-        out.append(Message(role="user", content=[error_result(u, NOT_EXECUTED) for u in open_uses]))
+        out.append(Message(role="user", content=[_not_executed(u) for u in open_uses]))
     return out
+
+
+def _not_executed(tool_use_id: str) -> ContentBlock:
+    return ContentBlock(toolResult=error_result(tool_use_id, NOT_EXECUTED))

@@ -73,7 +73,7 @@ def results_message(uses: Iterable[ToolUse], results: Mapping[str, ToolResult]) 
     content = [
         ContentBlock(toolResult=results[u.toolUseId])
         if u.toolUseId in results
-        else error_result(u.toolUseId, "tool produced no result")
+        else ContentBlock(toolResult=error_result(u.toolUseId, "tool produced no result"))
         for u in uses
     ]
     return Message(role="user", content=content)

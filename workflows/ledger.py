@@ -1,80 +1,142 @@
-"""What a session records: conversation, turns, usage, interrupts and the event log.
+"""A session's state, in one model: live in the workflow, and what continue-as-new carries.
 
-Bookkeeping only; the workflow decides what happens. Every change that a client can see goes
-through here, so each one is paired with its event.
+``Ledger`` holds everything a session knows (conversation references, turns, interrupts,
+usage, the event log, the queue, the cycle in progress, steering, the answers of recent
+updates). The workflow keeps one and hands it whole to its next run, so a field added here
+survives continue-as-new with no other edit. Only run-local things stay outside it: handles of
+activities in flight and signals held within one workflow task.
+
+Every change that a client can see goes through a method here, paired with its event.
 
 The conversation is ``stored`` (a prefix in the conversation store, by reference) followed by
-``messages`` (not yet stored, in memory). Each model call carries the unstored messages,
-stores them, and answers with the longer prefix; the workflow then forgets them. So neither
-workflow history nor worker memory grows with the conversation.
+``messages`` (not yet stored). Each model call carries the unstored messages, stores them, and
+answers with the longer prefix; the workflow then forgets them. So neither workflow history
+nor worker memory grows with the conversation.
 
-Pure module: imported by workflow code. Time comes from the clock it is given.
+Pure module: imported by workflow code. Time comes from ``workflow.now()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import Field, field_serializer
+from temporalio import workflow
 
 from workflows.contracts import (
-    Carried,
     Event,
     EventType,
     Interrupt,
     InterruptStatus,
+    KeelModel,
+    PendingView,
     PrefixRef,
+    SessionConfig,
+    ToolSpec,
     TurnRecord,
     TurnStatus,
 )
-from workflows.messages import ContentBlock, Message, TokenUsage, tool_uses
+from workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
 
 # How much of the past a run hands to the next beyond what it must.
 CARRIED_EVENTS = 50
 CARRIED_TURNS = 20
 CARRIED_CLOSED_INTERRUPTS = 50
+# How many ``prompt`` update ids, and apart how many answers of the other updates, a session
+# remembers; the oldest leave first.
+UPDATE_IDS_KEPT = 200
+LIVE_TURN_STATUSES = frozenset({"queued", "running", "awaiting_human"})
 
 
-class Ledger:
-    """A session's state as clients see it.
+class QueuedPrompt(KeelModel):
+    """A prompt waiting for its turn."""
+
+    turn_id: int
+    content: list[ContentBlock]
+
+
+class PendingCycle(KeelModel):
+    """A cycle whose tools have not all finished: the parked assistant message and results.
 
     Attributes:
+        turn_id: the turn.
+        cycle: the cycle number within the turn.
+        message: the assistant message as the model activity returned it (S1).
+        results: finished tool results, by toolUseId.
+        digests: where the tool activity stored each result, by toolUseId.
+        answers: answers to tools' questions, by toolUseId then question name.
+    """
+
+    turn_id: int
+    cycle: int
+    message: Message
+    results: dict[str, ToolResult] = Field(default_factory=dict)
+    digests: dict[str, str] = Field(default_factory=dict)
+    answers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class Ledger(KeelModel):
+    """Everything a session knows; carried whole from one run to the next.
+
+    Attributes:
+        run: this run's number in the session, from 1.
         stored: the stored prefix of the conversation.
         messages: the messages after it, not yet stored; with ``stored`` they never hold a
             toolUse without its toolResult (S5).
-        turns: turns by id, in order.
-        events: the event log (this run's, and the tail carried from earlier runs).
-        event_seq: events emitted in the whole session.
-        usage: tokens used by the whole session.
-        interrupts: interrupts by id (pending, and recently closed ones).
+        result_refs: where the tool activity stored each unstored toolResult, by toolUseId.
         tool_use_ids: every toolUseId the model used in this session.
+        turns: turns by id, in order (the recent ones and every live one).
+        interrupts: interrupts by id (pending, and recently closed ones).
+        usage: tokens used by the whole session.
+        event_seq: events emitted in the whole session.
+        events: the event log (this run's, and the tail carried from earlier runs).
+        queue: prompts waiting for their turn, in order.
+        current_turn: the turn running now, if any.
+        cycle: the cycle whose tools run or wait for a person (deferred append, S5).
+        tools: the terms of the session's tools (``ToolSpec.terms``), once described.
+        tools_digest: where the session's whole tool specs are stored.
+        steering: guidance for the running turn, not yet shown to the model.
+        cancel_reason: why the running turn is being cancelled, if it is.
+        closing: no more prompts; the session ends once its turns are done.
+        closed: the session has ended.
+        prompt_updates: ids of accepted ``prompt`` updates, with their turns.
+        update_acks: answers (JSON) of accepted ``steer``, ``decide``, ``respond`` and
+            ``cancel`` updates, by ``<update name>/<update id>``.
     """
 
-    def __init__(
-        self,
-        messages: list[Message],
-        clock: Callable[[], str],
-        carried: Carried | None = None,
-    ) -> None:
-        """Start from a (normalised) conversation, or from a previous run's state."""
-        self._clock = clock
-        self.messages = messages
-        self.stored: PrefixRef | None = None
-        self.turns: dict[int, TurnRecord] = {}
-        self.events: list[Event] = []
-        self.event_seq = 0
-        self.usage = TokenUsage()
-        self.interrupts: dict[str, Interrupt] = {}
-        self.tool_use_ids: set[str] = {u.toolUseId for m in messages for u in tool_uses(m)}
-        self.result_refs: dict[str, str] = {}
-        if carried is not None:
-            self.result_refs = dict(carried.result_refs)
-            self.stored = carried.base
-            self.messages = list(carried.messages)
-            self.turns = {t.turn_id: t for t in carried.turns}
-            self.events = list(carried.events)
-            self.event_seq = carried.event_seq
-            self.usage = carried.usage
-            self.interrupts = {i.id: i for i in carried.interrupts}
-            self.tool_use_ids = set(carried.tool_use_ids)
+    run: int = 1
+    stored: PrefixRef | None = None
+    messages: list[Message] = Field(default_factory=list)
+    result_refs: dict[str, str] = Field(default_factory=dict)
+    tool_use_ids: set[str] = Field(default_factory=set)
+    turns: dict[int, TurnRecord] = Field(default_factory=dict)
+    interrupts: dict[str, Interrupt] = Field(default_factory=dict)
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    event_seq: int = 0
+    events: list[Event] = Field(default_factory=list)
+    queue: list[QueuedPrompt] = Field(default_factory=list)
+    current_turn: int | None = None
+    cycle: PendingCycle | None = None
+    tools: list[ToolSpec] | None = None
+    tools_digest: str | None = None
+    steering: list[str] = Field(default_factory=list)
+    cancel_reason: str | None = None
+    closing: bool = False
+    closed: bool = False
+    prompt_updates: dict[str, int] = Field(default_factory=dict)
+    update_acks: dict[str, str] = Field(default_factory=dict)
+
+    @field_serializer("tool_use_ids")
+    def _sorted_ids(self, ids: set[str]) -> list[str]:
+        # a set's order differs between processes; history must not
+        return sorted(ids)
+
+    @classmethod
+    def starting_with(cls, messages: list[Message]) -> Ledger:
+        """A new session's ledger, its conversation a (normalised) imported history."""
+        used = {u.toolUseId for m in messages for u in tool_uses(m)}
+        return cls(messages=messages, tool_use_ids=used)
 
     # ------------------------------------------------------------------ conversation
 
@@ -147,6 +209,11 @@ class Ledger:
 
     # ------------------------------------------------------------------ turns and events
 
+    @property
+    def current(self) -> TurnRecord | None:
+        """The record of the turn running now, if any."""
+        return None if self.current_turn is None else self.turns[self.current_turn]
+
     def emit(
         self,
         type_: EventType,
@@ -161,7 +228,7 @@ class Ledger:
             Event(
                 seq=self.event_seq,
                 type=type_,
-                at=self._clock(),
+                at=workflow.now().isoformat(),
                 turn=turn,
                 cycle=cycle,
                 detail=detail,
@@ -175,11 +242,24 @@ class Ledger:
         first = self.events[0].seq
         return self.events[max(seq - first + 1, 0) :]
 
-    def new_turn(self) -> TurnRecord:
-        """Create the record of a newly queued turn."""
+    def enqueue(self, content: list[ContentBlock]) -> QueuedPrompt:
+        """Queue a prompt as a new turn."""
         record = TurnRecord(turn_id=max(self.turns, default=0) + 1)
         self.turns[record.turn_id] = record
         self.emit("prompt_queued", turn=record.turn_id)
+        queued = QueuedPrompt(turn_id=record.turn_id, content=content)
+        self.queue.append(queued)
+        return queued
+
+    def start_next_turn(self) -> TurnRecord:
+        """Take the oldest queued prompt and make it the running turn."""
+        queued = self.queue.pop(0)
+        record = self.turns[queued.turn_id]
+        record.status = "running"
+        self.current_turn = record.turn_id
+        self.cancel_reason = None
+        self.emit("turn_started", turn=record.turn_id)
+        self.add_user_content(record, queued.content)
         return record
 
     def end_turn(
@@ -196,6 +276,14 @@ class Ledger:
         record.interrupts = []
         self.emit("turn_ended", turn=record.turn_id, status=status, stop_reason=stop_reason)
 
+    def leave_turn(self) -> None:
+        """The running turn is over: drop its cycle, and the guidance nobody saw."""
+        if self.steering:
+            self.emit("steering_dropped", turn=self.current_turn, texts=self.steering)
+            self.steering = []
+        self.current_turn = None
+        self.cycle = None
+
     # ------------------------------------------------------------------ interrupts
 
     def open_interrupt(self, record: TurnRecord, interrupt: Interrupt) -> None:
@@ -209,7 +297,7 @@ class Ledger:
             tool=interrupt.name,
             tool_use_id=interrupt.tool_use.toolUseId,
         )
-        self.refresh_status(record)
+        self._refresh_status(record)
 
     def close_interrupt(
         self,
@@ -225,7 +313,7 @@ class Ledger:
         self.emit("interrupt_decided", turn=interrupt.turn, id=interrupt.id, status=status, by=by)
         record = self.turns.get(interrupt.turn)
         if record is not None:
-            self.refresh_status(record)
+            self._refresh_status(record)
 
     def pending_interrupts(self, turn_id: int | None = None) -> list[Interrupt]:
         """Interrupts waiting for a decision, oldest first."""
@@ -235,42 +323,54 @@ class Ledger:
             if i.status == "pending" and (turn_id is None or i.turn == turn_id)
         ]
 
-    def interrupt_for(self, tool_use_id: str) -> Interrupt | None:
-        """The pending interrupt parking a tool use, if any."""
-        return next(
-            (i for i in self.pending_interrupts() if i.tool_use.toolUseId == tool_use_id), None
+    def pending_view(self) -> PendingView:
+        """What the running turn holds outside the conversation (the ``pending`` query)."""
+        if self.current_turn is None:
+            return PendingView()
+        cycle = self.cycle
+        running = [] if cycle is None else tool_uses(cycle.message)
+        return PendingView(
+            turn_id=self.current_turn,
+            message=None if cycle is None else cycle.message,
+            running=[u for u in running if cycle and u.toolUseId not in cycle.results],
+            interrupts=self.pending_interrupts(self.current_turn),
         )
 
-    def refresh_status(self, record: TurnRecord) -> None:
-        """A running turn is ``interrupted`` while any of its interrupts waits."""
-        if record.status not in ("running", "interrupted"):
+    def _refresh_status(self, record: TurnRecord) -> None:
+        """A running turn is ``awaiting_human`` while any of its interrupts waits."""
+        if record.status not in ("running", "awaiting_human"):
             return
         record.interrupts = self.pending_interrupts(record.turn_id)
-        record.status = "interrupted" if record.interrupts else "running"
+        record.status = "awaiting_human" if record.interrupts else "running"
+
+    # ------------------------------------------------------------------ updates seen
+
+    def remember_prompt(self, update_id: str, turn_id: int) -> None:
+        """Remember an accepted ``prompt`` update, so a redelivery makes no second turn."""
+        self.prompt_updates[update_id] = turn_id
+        _keep_newest(self.prompt_updates)
+
+    def remember_ack(self, key: str, ack: KeelModel) -> None:
+        """Remember an update's answer under ``<update name>/<update id>``."""
+        self.update_acks[key] = ack.model_dump_json()
+        _keep_newest(self.update_acks)
 
     # ------------------------------------------------------------------ continue-as-new
 
-    def carry(self, run: int) -> Carried:
-        """This ledger's part of what the next run needs: references, not the conversation."""
+    def for_next_run(self) -> Ledger:
+        """This ledger as the next run gets it: the recent past only, the live state whole."""
         closed = [i for i in self.interrupts.values() if i.status != "pending"]
-        live = {
-            t for t, r in self.turns.items() if r.status in ("queued", "running", "interrupted")
-        }
+        live = {t for t, r in self.turns.items() if r.status in LIVE_TURN_STATUSES}
         recent = sorted(self.turns)[-CARRIED_TURNS:]
-        return Carried(
-            run=run,
-            base=self.stored,
-            messages=self.messages,
-            result_refs=self.result_refs,
-            turns=[self.turns[t] for t in sorted(live.union(recent))],
-            interrupts=[
-                *self.pending_interrupts(),
-                *closed[-CARRIED_CLOSED_INTERRUPTS:],
-            ],
-            usage=self.usage,
-            event_seq=self.event_seq,
-            events=self.events[-CARRIED_EVENTS:],
-            tool_use_ids=sorted(self.tool_use_ids),
+        kept_turns = sorted(live.union(recent))
+        kept_interrupts = [*self.pending_interrupts(), *closed[-CARRIED_CLOSED_INTERRUPTS:]]
+        return self.model_copy(
+            update={
+                "run": self.run + 1,
+                "turns": {t: self.turns[t] for t in kept_turns},
+                "interrupts": {i.id: i for i in kept_interrupts},
+                "events": self.events[-CARRIED_EVENTS:],
+            }
         )
 
     def _message_added(self, record: TurnRecord) -> None:
@@ -280,3 +380,25 @@ class Ledger:
             index=self.message_count - 1,
             role=self.messages[-1].role,
         )
+
+
+def _keep_newest(kept: dict[str, Any]) -> None:
+    """Drop the oldest entries past ``UPDATE_IDS_KEPT``."""
+    while len(kept) > UPDATE_IDS_KEPT:
+        del kept[next(iter(kept))]
+
+
+class SessionInput(KeelModel):
+    """Start input of ``AgentSession``.
+
+    Attributes:
+        config: the session's configuration.
+        messages: imported history; normalised (S3), its tool uses never executed.
+        prompt: optional first prompt, queued as turn 1.
+        carried: set only by continue-as-new: the previous run's ledger.
+    """
+
+    config: SessionConfig
+    messages: list[Message] = Field(default_factory=list)
+    prompt: list[ContentBlock] | None = None
+    carried: Ledger | None = None

@@ -162,13 +162,9 @@ def text_block(text: str) -> ContentBlock:
     return ContentBlock(text=text)
 
 
-def error_result(tool_use_id: str, text: str) -> ContentBlock:
-    """A toolResult block with status ``error`` and one text block."""
-    return ContentBlock(
-        toolResult=ToolResult(
-            toolUseId=tool_use_id, status="error", content=[ToolResultContent(text=text)]
-        )
-    )
+def error_result(tool_use_id: str, text: str) -> ToolResult:
+    """An error toolResult with one text block: a tool use that failed or did not run."""
+    return ToolResult(toolUseId=tool_use_id, status="error", content=[ToolResultContent(text=text)])
 
 
 def tool_uses(message: Message) -> list[ToolUse]:

@@ -8,7 +8,8 @@ from typing import Any, Protocol
 
 from typing_extensions import TypeIs
 
-from workflows.contracts import ModelRequest, ModelResponse, ToolSpec
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.contracts import ToolSpec
 
 # Called by a provider as output arrives: a text delta, or "" for progress without text
 # (a tool-input chunk, a metadata event). The model activity uses it to detect stalled
@@ -21,7 +22,7 @@ class ModelError(Exception):
 
     The model activity turns it into a non-retryable Temporal failure; the turn ends with
     this message as its error and the session stays usable. Any other exception a provider
-    raises is retried by Temporal with backoff (``workflows.policies.MODEL_RETRY``).
+    raises is retried by Temporal with backoff (``workflows.activity_options.MODEL_RETRY``).
     """
 
 

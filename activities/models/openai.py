@@ -60,7 +60,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.models.base import DeltaCallback, ModelError
-from workflows.contracts import ModelRequest, ModelResponse, ToolSpec
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.contracts import ToolSpec
 from workflows.messages import (
     ContentBlock,
     DocumentBlock,

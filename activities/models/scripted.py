@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from activities.models.base import DeltaCallback, ModelError, converse_tool_config
-from workflows.contracts import KeelModel, ModelRequest, ModelResponse
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.contracts import KeelModel
 from workflows.messages import ContentBlock, Message, TokenUsage
 
 LOG_ENV = "KEEL_SCRIPTED_LOG"

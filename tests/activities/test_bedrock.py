@@ -26,7 +26,8 @@ from tests.fakes.bedrock_server import (
     StreamError,
     fake_bedrock_env,
 )
-from workflows.contracts import InferenceConfig, ModelRequest, ToolSpec
+from workflows.activity_contracts import ModelRequest
+from workflows.contracts import InferenceConfig, ToolSpec
 from workflows.messages import Message
 
 MODEL = "anthropic.claude-test:0"

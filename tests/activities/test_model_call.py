@@ -20,7 +20,7 @@ import activities.model_call as model_call
 from activities.model_call import ModelActivities
 from activities.models import PROVIDERS, DeltaCallback, provider_imported, resolve_model
 from activities.store import ConversationStore
-from workflows.contracts import ModelRequest, ModelResponse
+from workflows.activity_contracts import ModelRequest, ModelResponse
 from workflows.messages import Message, text_block
 
 # What the providers below saw, by test: thread idents, deltas, cancellations.

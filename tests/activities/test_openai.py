@@ -21,7 +21,8 @@ from tests.fakes.openai_server import (
     StreamError,
     ToolCall,
 )
-from workflows.contracts import InferenceConfig, ModelRequest, ModelResponse, ToolSpec
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.contracts import InferenceConfig, ToolSpec
 from workflows.messages import Message
 
 ADD_SCHEMA = {

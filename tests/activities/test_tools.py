@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,8 +20,9 @@ from temporalio.testing import ActivityEnvironment
 
 import tests.sample_tools as sample_tools
 from activities import tools as registry
-from activities.store import ConversationStore
-from activities.tool_run import ToolActivities, describe_tools, run_tool
+from activities.model_call import ModelActivities
+from activities.store import ConversationStore, open_store
+from activities.tool_run import ToolActivities, run_tool
 from activities.tools import (
     ToolContext,
     ToolModuleError,
@@ -30,9 +32,9 @@ from activities.tools import (
     specs_for_modules,
     tool,
 )
-from workflows.contracts import DescribeToolsInput, ToolRequest
-from workflows.messages import ToolResult, ToolUse
-from workflows.policies import TOOL_REGISTRY_ERROR
+from workflows.activity_contracts import ModelRequest, ToolRequest
+from workflows.activity_options import TOOL_REGISTRY_ERROR
+from workflows.messages import Message, ToolResult, ToolUse, text_block
 
 SAMPLE = "tests.sample_tools"
 SAMPLE_TOOLS = {
@@ -219,12 +221,26 @@ def test_specs_for_modules() -> None:
         specs_for_modules(["nope"])
 
 
-async def test_describe_tools_activity() -> None:
+async def test_the_first_model_call_describes_the_session_tools(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    reply = {"content": [{"text": "ok"}], "stopReason": "end_turn"}
+    script.write_text(json.dumps({"responses": [reply]}))
+    store = open_store(str(tmp_path / "store"))
+
+    def first_call(modules: list[str]) -> ModelRequest:
+        user = Message(role="user", content=[text_block("hi")])
+        return ModelRequest(
+            session_id="s", turn=1, cycle=1, model=f"scripted:{script}",
+            messages=[user], describe_modules=modules,
+        )
+
     env = ActivityEnvironment()
-    result = await env.run(describe_tools, DescribeToolsInput(modules=[SAMPLE]))
-    assert {s.name for s in result.tools} == SAMPLE_TOOLS
+    response = await env.run(ModelActivities(store).converse, first_call([SAMPLE]))
+    assert {s.name for s in response.tools or []} == SAMPLE_TOOLS
+    assert all(s.description == "" for s in response.tools or [])  # terms only, not the specs
+    assert response.tools_digest is not None
     with pytest.raises(ApplicationError) as err:
-        await env.run(describe_tools, DescribeToolsInput(modules=["nope"]))
+        await env.run(ModelActivities(store).converse, first_call(["nope"]))
     assert err.value.type == TOOL_REGISTRY_ERROR
     assert err.value.non_retryable
     assert "--tools nope" in str(err.value)

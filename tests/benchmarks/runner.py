@@ -350,7 +350,8 @@ class KeelSystem(System):
         return self._scripts[cycles]
 
     async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
-        from workflows.contracts import CloseInput, SessionConfig, SessionInput
+        from workflows.contracts import CloseInput, SessionConfig
+        from workflows.ledger import SessionInput
         from workflows.messages import text_block
 
         start = SessionInput(

@@ -17,7 +17,7 @@ and waits for the turn. Then it checks that:
 Figures: ``resume_s``, from the kill to the first task of the session that the new worker
 picked up (workflow or activity; observed in the history and in the pending activities), and
 ``turn_s``, from the kill to the turn's completion. Dead activity attempts are noticed by their
-heartbeat timeout (``workflows.policies``), not their start-to-close timeout.
+heartbeat timeout (``workflows.activity_options``), not their start-to-close timeout.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from temporalio.client import Client, WorkflowHistory
 from activities.store import open_store
 from tests.fault_tools import read_effects, read_runs
 from worker.sessions import KeelClient
+from workflows.activity_options import MODEL_HEARTBEAT, TOOL_ACTIVITY, TOOL_HEARTBEAT
 from workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
 from workflows.messages import Message, tool_uses
-from workflows.policies import MODEL_HEARTBEAT, TOOL_ACTIVITY, TOOL_HEARTBEAT
 from workflows.session import AgentSession
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -504,7 +504,7 @@ async def kill_while_approval_pending(run: Run, outcome: Outcome) -> None:
     )
     worker = run.start_worker()
     record = await run.keel.run(run.session, PROMPT, config=config, timeout_s=60)
-    if record.status != "interrupted":
+    if record.status != "awaiting_human":
         raise ScenarioFailed(f"approval: turn is {record.status}, not waiting for approval")
     state = await run.assert_no_dangling_now()
     if state.message_count != 1 or run.runs():

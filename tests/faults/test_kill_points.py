@@ -26,7 +26,7 @@ from tests.faults.harness import (
     random_cases,
     run_all,
 )
-from workflows.policies import MODEL_HEARTBEAT, MODEL_START_TO_CLOSE, TOOL_HEARTBEAT
+from workflows.activity_options import MODEL_HEARTBEAT, MODEL_START_TO_CLOSE, TOOL_HEARTBEAT
 
 RANDOM_KILLS = int(os.environ.get("KEEL_FAULT_RANDOM", "4"))
 SEED = int(os.environ.get("KEEL_FAULT_SEED", "7"))

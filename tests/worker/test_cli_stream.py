@@ -24,14 +24,9 @@ from tests.worker.conftest import ROOT, keel_env
 from worker.follow import StreamedText, event_line, progress_line
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, ModelStream
-from workflows.contracts import (
-    Event,
-    ModelRequest,
-    ModelResponse,
-    SessionConfig,
-    TurnRecord,
-)
-from workflows.policies import MODEL_ACTIVITY
+from workflows.activity_contracts import ModelRequest, ModelResponse
+from workflows.activity_options import MODEL_ACTIVITY
+from workflows.contracts import Event, SessionConfig, TurnRecord
 from workflows.session import AgentSession
 
 

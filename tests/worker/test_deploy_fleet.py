@@ -24,8 +24,8 @@ from activities.store import open_store
 from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel_env, write_script
 from worker.sessions import KeelClient
+from workflows.activity_options import TOOL_ACTIVITY
 from workflows.contracts import SessionConfig
-from workflows.policies import TOOL_ACTIVITY
 
 SESSIONS = 6
 

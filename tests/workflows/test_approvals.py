@@ -25,7 +25,7 @@ async def interrupted(
     keel: KeelClient, session: str, config: Any, prompt: str = "go"
 ) -> TurnRecord:
     record = await keel.run(session, prompt, config=config, timeout_s=30)
-    assert record.status == "interrupted", record
+    assert record.status == "awaiting_human", record
     return record
 
 
@@ -141,10 +141,12 @@ async def test_bad_decisions_are_rejected_and_nothing_runs(
             await keel.decide(session, "made-up", "approve", approver="alice")
         waiting = await keel.run(session, "now act", timeout_s=30)
         real_id = waiting.interrupts[0].id
-        with pytest.raises(RequestRejected, match="unknown interrupt id 'made-up'"):
+        with pytest.raises(RequestRejected, match="unknown interrupt id 'made-up'") as unknown:
             await keel.decide(session, "made-up", "approve", approver="alice")
-        with pytest.raises(RequestRejected, match="'mallory' is not an approver"):
+        assert unknown.value.kind == "UnknownInterrupt"  # typed: what KeelClient retries on
+        with pytest.raises(RequestRejected, match="'mallory' is not an approver") as refused:
             await keel.decide(session, real_id, "approve", approver="mallory")
+        assert refused.value.kind == "InputRejected"
         with pytest.raises(RequestRejected, match="names none"):
             await keel.decide(session, real_id, "approve")
         handle = keel.client.get_workflow_handle(session)
@@ -165,7 +167,7 @@ async def test_bad_decisions_are_rejected_and_nothing_runs(
             assert "Failed decoding arguments" in str(caught.value.cause)
             assert field in str(caught.value.cause.__cause__ or caught.value.cause)
         assert not target.exists()
-        assert (await keel.turn(session, waiting.turn_id)).status == "interrupted"
+        assert (await keel.turn(session, waiting.turn_id)).status == "awaiting_human"
         await keel.decide(session, real_id, "deny", reason="no", approver="alice")
         with pytest.raises(RequestRejected, match="no longer pending: it was denied"):
             await keel.decide(session, real_id, "approve", approver="alice")
@@ -203,7 +205,7 @@ async def test_invalid_decide_signal_is_ignored(
         await handle.signal("decide", "approve everything")
         await asyncio.sleep(1.0)
         still = await keel.turn(session, waiting.turn_id)
-        assert still.status == "interrupted" and not target.exists()
+        assert still.status == "awaiting_human" and not target.exists()
         await handle.signal(
             "decide", {"interrupt_id": waiting.interrupts[0].id, "decision": "approve"}
         )
@@ -418,22 +420,22 @@ async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
 
     calls: list[str] = []
 
-    def rejecting(message: str, times: int) -> Any:
+    def rejecting(kind: str, times: int) -> Any:
         async def send() -> str:
-            calls.append(message)
+            calls.append(kind)
             if len(calls) <= times:
-                raise RequestRejected(message)
+                raise RequestRejected(f"refused ({kind})", kind=kind)
             return "taken"
 
         return send
 
-    assert await _settling(rejecting("unknown interrupt id 'x'; nothing is pending", 2)) == "taken"
+    assert await _settling(rejecting("UnknownInterrupt", 2)) == "taken"
     assert len(calls) == 3
     calls.clear()
-    with pytest.raises(RequestRejected, match="approver"):
-        await _settling(rejecting("approver 'eve' may not decide", 1))
+    with pytest.raises(RequestRejected, match="InputRejected"):
+        await _settling(rejecting("InputRejected", 1))
     assert len(calls) == 1  # any other rejection is final at once
     calls.clear()
-    with pytest.raises(RequestRejected, match="unknown interrupt id"):
-        await _settling(rejecting("unknown interrupt id 'y'; nothing is pending", 99))
+    with pytest.raises(RequestRejected, match="UnknownInterrupt"):
+        await _settling(rejecting("UnknownInterrupt", 99))
     assert len(calls) == 6  # a truly unknown id is refused after about 1.5 s

@@ -33,7 +33,8 @@ from activities.store import ConversationStore
 from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
-from workflows.contracts import Decision, PromptInput, SessionConfig, SessionInput
+from workflows.contracts import Decision, PromptInput, SessionConfig
+from workflows.ledger import SessionInput
 from workflows.messages import ContentBlock, Message
 from workflows.session import AgentSession
 
@@ -97,7 +98,7 @@ class Bench:
     async def interrupted(self, guarded: dict[str, Any]) -> str:
         await self.ready(respond(guarded, stop="tool_use"), respond(text("denied, ok")), STILL_HERE)
         record = await self.turn()
-        assert record.status == "interrupted", record
+        assert record.status == "awaiting_human", record
         return str(record.interrupts[0].id)
 
     async def deny_all(self) -> None:

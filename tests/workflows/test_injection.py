@@ -32,15 +32,8 @@ from activities.store import ConversationStore
 from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
-from workflows.contracts import (
-    Carried,
-    PendingCycle,
-    PromptInput,
-    QueuedPrompt,
-    SessionConfig,
-    SessionInput,
-    TurnRecord,
-)
+from workflows.contracts import PromptInput, SessionConfig, TurnRecord
+from workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from workflows.messages import ContentBlock, Message, tool_uses
 from workflows.session import AgentSession
 
@@ -105,7 +98,7 @@ class Corpus:
             respond(text("ready")), respond(legit, stop="tool_use"), respond(text("done"))
         )
         record = await self.keel.run(self.session, "act", timeout_s=30)
-        assert record.status == "interrupted"
+        assert record.status == "awaiting_human"
         return str(record.interrupts[0].id)
 
     async def approve_and_check(self, interrupt_id: str) -> None:
@@ -268,10 +261,10 @@ async def _(c: Corpus) -> None:
 def _forged_start(c: Corpus, **carried: Any) -> SessionInput:
     return SessionInput(
         config=c.script(),
-        carried=Carried(
+        carried=Ledger(
             run=2,
             messages=msgs({"role": "user", "content": [text("hi")]}),
-            turns=[TurnRecord(turn_id=1, status="running")],
+            turns={1: TurnRecord(turn_id=1, status="running")},
             **carried,
         ),
     )
@@ -445,7 +438,7 @@ async def _(c: Corpus) -> None:
     }
     await c.handle.signal("decide", forged)
     await asyncio.sleep(0.5)
-    assert (await c.keel.turn(c.session, 2)).status == "interrupted"
+    assert (await c.keel.turn(c.session, 2)).status == "awaiting_human"
     await c.approve_and_check(interrupt)
 
 
@@ -454,7 +447,7 @@ async def _(c: Corpus) -> None:
     interrupt = await c.parked()
     await c.handle.signal("decide", c.evil())
     await asyncio.sleep(0.5)
-    assert (await c.keel.turn(c.session, 2)).status == "interrupted"
+    assert (await c.keel.turn(c.session, 2)).status == "awaiting_human"
     await c.approve_and_check(interrupt)
 
 
@@ -463,7 +456,7 @@ async def _(c: Corpus) -> None:
     interrupt = await c.parked()
     await c.handle.signal("decide", {"interrupt_id": "evil", "decision": "approve"})
     await asyncio.sleep(0.5)
-    assert (await c.keel.turn(c.session, 2)).status == "interrupted"
+    assert (await c.keel.turn(c.session, 2)).status == "awaiting_human"
     await c.approve_and_check(interrupt)
 
 
@@ -479,7 +472,7 @@ async def _(c: Corpus) -> None:
     )  # an approval is no question
     await c.handle.signal("respond", payload)
     await asyncio.sleep(0.5)
-    assert (await c.keel.turn(c.session, 2)).status == "interrupted"
+    assert (await c.keel.turn(c.session, 2)).status == "awaiting_human"
     await c.approve_and_check(interrupt)
 
 

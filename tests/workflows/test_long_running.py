@@ -97,7 +97,7 @@ async def test_continue_as_new_while_approval_pending(
     session = sid()
     async with run_worker():
         waiting = await keel.run(session, "go", config=config, timeout_s=30)
-        assert waiting.status == "interrupted"
+        assert waiting.status == "awaiting_human"
         for _ in range(100):  # the parked session moves to a new run while it waits
             if (await keel.state(session, include_messages=False)).run > 1:
                 break
@@ -287,7 +287,7 @@ async def test_decide_and_cancel_updates_delivered_again_in_a_later_run_act_once
     handle = keel.handle(session)
     async with run_worker():
         waiting = await keel.run(session, "record it", config=config, timeout_s=30)
-        assert waiting.status == "interrupted", waiting
+        assert waiting.status == "awaiting_human", waiting
         decision = Decision(interrupt_id=waiting.interrupts[0].id, decision="approve")
         decided = await handle.execute_update(AgentSession.decide, decision, id="decide-one")
         decided_in = (await keel.state(session)).run

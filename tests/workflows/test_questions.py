@@ -22,7 +22,7 @@ def sid() -> str:
 
 async def waiting(keel: KeelClient, session: str, turn_id: int) -> TurnRecord:
     record = await keel.wait_turn(session, turn_id, timeout_s=30)
-    assert record.status == "interrupted", record
+    assert record.status == "awaiting_human", record
     return record
 
 
@@ -147,7 +147,7 @@ async def test_bad_responses_are_rejected(keel: KeelClient, run_worker: Any, scr
                 await handle.execute_update("respond", bad)
         await handle.signal("respond", {"interrupt_id": "nope", "value": 1})
         await asyncio.sleep(0.5)
-        assert (await keel.turn(session, ack.turn_id)).status == "interrupted"
+        assert (await keel.turn(session, ack.turn_id)).status == "awaiting_human"
         await keel.respond(session, question.id, "main", responder="alice")
         with pytest.raises(RequestRejected, match="no longer pending: it was answered"):
             await keel.respond(session, question.id, "again", responder="alice")
@@ -235,7 +235,7 @@ async def test_policy_hook_runs_denies_or_requires_approval(
     async with run_worker():
         record = await keel.run(session, "send money", config=config, timeout_s=30)
         if expect == "needs approval":
-            assert record.status == "interrupted"
+            assert record.status == "awaiting_human"
             [approval] = record.interrupts
             assert approval.kind == "approval"
             assert approval.reason == "transfers over 1000 need approval"

@@ -17,7 +17,9 @@ from tests.conftest import HISTORIES, respond, text, tool_use
 from worker.payloads import DATA_CONVERTER
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient
-from workflows.contracts import ModelResponse, SessionInput, SessionResult, TurnRecord
+from workflows.activity_contracts import ModelResponse
+from workflows.contracts import SessionResult, TurnRecord
+from workflows.ledger import SessionInput
 from workflows.session import AgentSession
 
 # tests/histories/*.json: recorded by the current code; tests/histories/<version>/: recorded by

@@ -16,7 +16,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpd
 
 from tests.conftest import respond, save_history, text, tool_use
 from worker.sessions import KeelClient, RequestRejected
-from workflows.contracts import PromptInput, SessionConfig, SessionInput
+from workflows.contracts import PromptInput, SessionConfig
+from workflows.ledger import SessionInput
 from workflows.messages import Message, tool_uses
 from workflows.session import AgentSession
 

@@ -1,4 +1,4 @@
-"""Activity names, timeouts and retry policies: named once, used everywhere.
+"""How the workflow calls its activities: names, timeouts and retry policies, named once.
 
 Pure module: imported by workflow code.
 """
@@ -11,7 +11,6 @@ from temporalio.common import RetryPolicy
 
 MODEL_ACTIVITY = "keel.model.converse"
 TOOL_ACTIVITY = "keel.tool.run"
-DESCRIBE_TOOLS_ACTIVITY = "keel.tools.describe"
 
 # Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
 MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
@@ -39,12 +38,6 @@ TOOL_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=3,
-)
-
-DESCRIBE_START_TO_CLOSE = timedelta(seconds=30)
-DESCRIBE_RETRY = RetryPolicy(
-    maximum_attempts=5,
-    non_retryable_error_types=[TOOL_REGISTRY_ERROR],
 )
 
 

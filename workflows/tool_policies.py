@@ -4,12 +4,12 @@ A policy is a pure function of the tool use: it says run, deny (with a reason th
 sees) or require approval (with a reason the approver sees). Declare it in a module the
 worker loads (a ``--tools`` module), and name it in the session's ``policy``::
 
-    from workflows.hooks import Verdict, tool_policy
+    from activities import Verdict, tool_policy
 
     @tool_policy("payments")
     def payments(use: ToolUse) -> Verdict:
         if use.name == "transfer" and use.input.get("amount", 0) > 1000:
-            return Verdict.approve("transfers over 1000 need a second pair of eyes")
+            return Verdict.require_approval("transfers over 1000 need a second pair of eyes")
         return Verdict.run()
 
 Because it runs in the workflow, a policy must be deterministic: no I/O, clocks, randomness
@@ -28,7 +28,7 @@ from typing import Literal
 
 from workflows.messages import ToolUse
 
-Action = Literal["run", "deny", "approve"]
+Action = Literal["run", "deny", "require_approval"]
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class Verdict:
         return cls("deny", reason)
 
     @classmethod
-    def approve(cls, reason: str | None = None) -> Verdict:
-        """Run the tool only once a human approved it."""
-        return cls("approve", reason)
+    def require_approval(cls, reason: str | None = None) -> Verdict:
+        """Run the tool only once a human approved it; the reason is shown to the approver."""
+        return cls("require_approval", reason)
 
 
 ToolPolicy = Callable[[ToolUse], Verdict]

@@ -1,0 +1,195 @@
+"""The session's state is one model, ``Ledger``: every field survives continue-as-new.
+
+Two proofs. Through the data converter: a ledger with every field set survives the payload
+that continue-as-new sends. On a dev server: a session made to continue-as-new while a turn
+waits for approval, with guidance, a queued prompt and a closing request, has the same ledger
+in its next run. And the workflow holds no state beside the ledger but what is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import ModelActivities, ToolActivities
+from activities.tools import load_tool_modules
+from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from worker.payloads import DATA_CONVERTER
+from worker.sessions import KeelClient
+from workflows import (
+    ContentBlock,
+    Event,
+    Interrupt,
+    Message,
+    SessionConfig,
+    SessionInput,
+    TokenUsage,
+    ToolUse,
+    TurnRecord,
+    text_block,
+)
+from workflows.contracts import PrefixRef, ToolSpec
+from workflows.ledger import Ledger, PendingCycle, QueuedPrompt
+from workflows.messages import error_result
+from workflows.session import AgentSession
+
+# What AgentSession may hold beside its ledger: its configuration, a start error, and what is
+# in flight within one run (activity handles, signals held for one workflow task).
+RUN_LOCAL = {
+    "_config",
+    "_ledger",
+    "_init_error",
+    "_model_call",
+    "_tool_calls",
+    "_held",
+    "_continuing",
+}
+
+
+def every_field_set() -> Ledger:
+    use = ToolUse(toolUseId="u1", name="guarded_record", input={"path": "p"})
+    assistant = Message(role="assistant", content=[ContentBlock(toolUse=use)])
+    turn = TurnRecord(turn_id=3, status="awaiting_human", cycles=2, stop_reason="tool_use")
+    return Ledger(
+        run=4,
+        stored=PrefixRef(digest="d" * 64, count=7),
+        messages=[Message(role="user", content=[text_block("unstored")])],
+        result_refs={"u0": "r" * 64},
+        tool_use_ids={"u0", "u1"},
+        turns={3: turn, 4: TurnRecord(turn_id=4)},
+        interrupts={"i1": Interrupt(id="i1", tool_use=use, name="guarded", reason="r", turn=3)},
+        usage=TokenUsage(inputTokens=5, outputTokens=6, totalTokens=11),
+        event_seq=9,
+        events=[Event(seq=9, type="interrupt_created", at="2026-01-01T00:00:00+00:00", turn=3)],
+        queue=[QueuedPrompt(turn_id=4, content=[text_block("next")])],
+        current_turn=3,
+        cycle=PendingCycle(
+            turn_id=3,
+            cycle=2,
+            message=assistant,
+            results={"u9": error_result("u9", "no")},
+            digests={"u9": "x" * 64},
+            answers={"u1": {"q": 1}},
+        ),
+        tools=[ToolSpec(name="guarded_record", description="", inputSchema={})],
+        tools_digest="t" * 64,
+        steering=["left, not right"],
+        cancel_reason="stop",
+        closing=True,
+        closed=True,
+        prompt_updates={"up-1": 4},
+        update_acks={"steer/up-2": '{"turn_id":3}'},
+    )
+
+
+def test_the_sample_sets_every_field() -> None:
+    sample, default = every_field_set(), Ledger()
+    unset = [n for n in Ledger.model_fields if getattr(sample, n) == getattr(default, n)]
+    assert unset == [], f"give these Ledger fields a value in every_field_set(): {unset}"
+
+
+def test_every_field_survives_the_continue_as_new_payload() -> None:
+    ledger = every_field_set()
+    carried = ledger.for_next_run()
+    start = SessionInput(config=SessionConfig(model="scripted:x.json"), carried=carried)
+    converter = DATA_CONVERTER.payload_converter
+    [back] = converter.from_payloads(converter.to_payloads([start]), [SessionInput])
+    assert back.carried is not None
+    for name in Ledger.model_fields:
+        expected = ledger.run + 1 if name == "run" else getattr(ledger, name)
+        assert getattr(back.carried, name) == expected, name
+
+
+def test_the_next_run_keeps_live_state_and_only_the_recent_past() -> None:
+    ledger = every_field_set()
+    for n in range(5, 80):  # old, ended turns and events beyond what is carried
+        ledger.turns[n] = TurnRecord(turn_id=n, status="completed")
+        ledger.events.append(Event(seq=n + 10, type="turn_ended", at="t", turn=n))
+    carried = ledger.for_next_run()
+    assert {3, 4} <= set(carried.turns)  # the running and the queued turn stay, however old
+    assert len(carried.turns) <= 2 + 20 and max(carried.turns) == 79
+    assert len(carried.events) == 50 and carried.events[-1] == ledger.events[-1]
+    assert carried.interrupts == ledger.interrupts  # a pending interrupt always travels
+
+
+@workflow.defn(name="AgentSession", sandboxed=False)
+class ProbedSession(AgentSession):
+    """AgentSession with a query for its ledger and attributes, and a continue-as-new lever."""
+
+    @workflow.run
+    async def run(self, input: SessionInput) -> Any:
+        return await super().run(input)
+
+    def _history_full(self) -> bool:
+        return getattr(self, "_pull_lever", False) or super()._history_full()
+
+    @workflow.signal
+    def lever(self) -> None:
+        self._pull_lever = True
+
+    @workflow.query
+    def ledger(self) -> Ledger:
+        return self._ledger
+
+    @workflow.query
+    def attributes(self) -> list[str]:
+        return sorted(name for name in vars(self) if name != "_pull_lever")
+
+
+async def test_a_real_continue_as_new_carries_the_whole_ledger(
+    client: Client, task_queue: str, store: Any, script: Any
+) -> None:
+    asked = tool_use("g1", "guarded_record", path="/nonexistent/never", value="v")
+    config = script([respond(text("first")), respond(asked, stop="tool_use"), respond(text("ok"))])
+    keel = KeelClient(client, task_queue, store)
+    session = f"ledger-{uuid.uuid4().hex[:10]}"
+    load_tool_modules([SAMPLE_TOOLS])
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ProbedSession],
+        activities=[ModelActivities(store).converse, ToolActivities(store).run],
+        activity_executor=ThreadPoolExecutor(4),
+        max_cached_workflows=0,
+    )
+    async with worker:
+        await keel.run(session, "one", config=config, timeout_s=30)
+        waiting = await keel.run(session, "two", timeout_s=30)
+        assert waiting.status == "awaiting_human"
+        await keel.steer(session, "mind the gap")
+        await keel.prompt(session, "three")
+        await keel.close(session)
+        handle = client.get_workflow_handle(session)
+        assert set(await handle.query(ProbedSession.attributes)) == RUN_LOCAL
+        before: Ledger = await handle.query(ProbedSession.ledger)
+        assert before.run == 1 and before.closing and before.queue and before.steering
+        assert before.cycle is not None and before.stored is not None and before.tools_digest
+        await handle.signal(ProbedSession.lever)
+        for _ in range(100):
+            after: Ledger = await handle.query(ProbedSession.ledger)
+            if after.run == 2:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the session did not continue-as-new")
+        assert set(await handle.query(ProbedSession.attributes)) == RUN_LOCAL
+        for name in Ledger.model_fields:
+            if name == "run":
+                continue
+            if name in ("events", "event_seq"):
+                continue  # one more event: run_continued
+            assert getattr(after, name) == getattr(before, name), name
+        assert after.events[: len(before.events)] == before.events
+        assert [e.type for e in after.events[len(before.events) :]] == ["run_continued"]
+        # and the session carries on from there: deny, then the queued turn runs
+        [interrupt] = after.pending_view().interrupts
+        await keel.decide(session, interrupt.id, "deny", reason="no")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        assert done.status == "completed"

@@ -1,0 +1,105 @@
+"""Typed inputs and outputs of the activities the session workflow calls.
+
+``keel.model.converse`` and ``keel.tool.run``: one pydantic model each way, as Temporal's
+samples do. The workflow's own surface (updates, queries) is in ``workflows.contracts``.
+
+Pure module: imported by workflow code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from workflows.contracts import InferenceConfig, KeelModel, PrefixRef, ToolSpec
+from workflows.messages import Message, TokenUsage, ToolResult, ToolUse
+
+
+class ModelRequest(KeelModel):
+    """Input of the ``keel.model.converse`` activity.
+
+    The conversation is ``prefix`` (stored, by reference) followed by ``messages`` (not yet
+    stored); the activity stores ``messages`` and answers with the longer prefix, so each
+    message's content enters workflow history a constant number of times. A toolResult the
+    tool activity already stored is sent with empty content, its digest in ``result_refs``
+    (by toolUseId). Tool specs never enter history in full: a session's first call names its
+    tool modules (``describe_modules``); the activity describes them from the worker's
+    registry, stores the specs, uses them, and answers with their digest and their terms
+    (``ToolSpec.terms``); later calls send the digest. ``tools`` is the activity's own:
+    the specs it resolved, in the request it hands to the model provider.
+    """
+
+    session_id: str
+    turn: int
+    cycle: int
+    model: str
+    system: str | None = None
+    prefix: PrefixRef | None = None
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    tools_digest: str | None = None
+    result_refs: dict[str, str] = Field(default_factory=dict)
+    inference: InferenceConfig | None = None
+    context_messages: int | None = None
+    describe_modules: list[str] | None = None
+
+
+class ModelResponse(KeelModel):
+    """Result of the ``keel.model.converse`` activity.
+
+    Attributes:
+        message: the assistant message.
+        stopReason: why the model stopped.
+        usage: tokens of this call.
+        stored: the stored prefix now covering the request's prefix and messages.
+        tools_digest: where the request's tool specs are stored.
+        tools: the tools the activity described, when the request named ``describe_modules``:
+            their terms only (``ToolSpec.terms``); the whole specs are under ``tools_digest``.
+    """
+
+    message: Message
+    stopReason: str
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    stored: PrefixRef | None = None
+    tools_digest: str | None = None
+    tools: list[ToolSpec] | None = None
+
+
+class ToolRequest(KeelModel):
+    """Input of the ``keel.tool.run`` activity.
+
+    Attributes:
+        session_id: the session.
+        tool_use: the tool use as the model produced it.
+        idempotency_key: ``<session id>/<toolUseId>``, the same on every run of this use.
+        timeout_s: the tool's timeout, enforced by the activity.
+        answers: answers to the questions this tool use asked so far, by question name.
+    """
+
+    session_id: str
+    tool_use: ToolUse
+    idempotency_key: str
+    timeout_s: float
+    answers: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolQuestion(KeelModel):
+    """A question a tool asked with ``ctx.interrupt(name, reason)``."""
+
+    name: str
+    reason: str | None = None
+
+
+class ToolResponse(KeelModel):
+    """Result of the ``keel.tool.run`` activity: a result, or a question.
+
+    Attributes:
+        result: the toolResult; None when the tool asked a question instead.
+        question: what the tool asked; the tool runs again once a human answers.
+        digest: where the activity stored ``{"toolResult": result}``, if it did.
+    """
+
+    result: ToolResult | None
+    question: ToolQuestion | None = None
+    digest: str | None = None
