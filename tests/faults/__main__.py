@@ -22,8 +22,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.conftest import dev_server
 from tests.faults.harness import KILL_POINTS, Outcome, run_all
+from tests.helpers.temporal import dev_server
 from worker.payloads import DATA_CONVERTER
 
 

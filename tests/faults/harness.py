@@ -43,6 +43,7 @@ from temporalio.client import Client, WorkflowHistory
 
 from activities.store import open_store
 from tests.fault_tools import read_effects, read_runs
+from tests.helpers.scripts import write_script
 from worker.sessions import KeelClient
 from workflows.activity_options import MODEL_HEARTBEAT, TOOL_ACTIVITY, TOOL_HEARTBEAT
 from workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
@@ -188,10 +189,8 @@ class Run:
 
     def config(self, responses: list[dict[str, Any]], **options: Any) -> SessionConfig:
         self.responses = responses
-        path = self.workdir / "script.json"
-        path.write_text(json.dumps({"responses": responses}))
         return SessionConfig(
-            model=f"scripted:{path}",
+            model=write_script(self.workdir / "script.json", responses),
             tool_modules=["tests.sample_tools", "tests.fault_tools"],
             **options,
         )

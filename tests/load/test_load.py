@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from temporalio.client import Client
 
 from activities.store import ConversationStore
 from tests.benchmarks.load import LoadFigures, run_load
+from tests.helpers.fixture_types import RunWorker
 
 SESSIONS = int(os.environ.get("KEEL_LOAD_SESSIONS", "50"))
 CYCLES = int(os.environ.get("KEEL_LOAD_CYCLES", "3"))
@@ -38,7 +38,7 @@ def assert_nothing_lost(figures: LoadFigures, turns: int) -> None:
 
 
 async def test_concurrent_sessions_lose_nothing(
-    client: Client, task_queue: str, store: ConversationStore, run_worker: Any, tmp_path: Path
+    client: Client, task_queue: str, store: ConversationStore, run_worker: RunWorker, tmp_path: Path
 ) -> None:
     async with run_worker(max_cached_workflows=max(1000, 2 * SESSIONS)):
         figures = await run_load(
@@ -51,7 +51,7 @@ async def test_concurrent_sessions_lose_nothing(
 
 
 async def test_soak_mode_keeps_n_sessions_running(
-    client: Client, task_queue: str, store: ConversationStore, run_worker: Any, tmp_path: Path
+    client: Client, task_queue: str, store: ConversationStore, run_worker: RunWorker, tmp_path: Path
 ) -> None:
     """A few seconds of the soak mode: each slot starts session after session, two turns each."""
     async with run_worker(max_cached_workflows=1000):

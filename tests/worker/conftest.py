@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,12 +9,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.conftest import SAMPLE_TOOLS
+from tests.helpers.scripts import SAMPLE_TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,11 +36,6 @@ def keel(
         text=True,
         timeout=timeout,
     )
-
-
-def write_script(path: Path, responses: list[dict[str, Any]]) -> str:
-    path.write_text(json.dumps({"responses": responses}))
-    return f"scripted:{path}"
 
 
 @pytest.fixture

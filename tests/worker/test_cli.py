@@ -8,7 +8,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import keel, keel_env, write_script
 
 

@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import SAMPLE_TOOLS, free_port, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import free_port
 from tests.worker.conftest import ROOT, keel, keel_env, write_script
 
 

@@ -7,7 +7,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import keel, write_script
 from tests.worker.test_cli_watch import Terminal
 

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel, write_script
 
 TWO_CYCLE_TYPES = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel, keel_env, write_script
 from worker.devserver import DevServer, DevServerError
 

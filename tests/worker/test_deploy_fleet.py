@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.worker.conftest import ROOT, keel_env, write_script
 from worker.sessions import KeelClient
 from workflows.activity_options import TOOL_ACTIVITY

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 
 from activities.store import ConversationStore
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
 from worker.telemetry import ContextFilter, JsonFormatter, TextFormatter

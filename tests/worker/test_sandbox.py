@@ -11,8 +11,10 @@ from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstan
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 import worker.sandbox as sandbox
-from tests.conftest import HISTORIES, SAMPLE_TOOLS, respond, text, tool_use
 from tests.fakes.clock_workflow import ReadsTheClock
+from tests.helpers.fixture_types import Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import HISTORIES
 from tests.workflows.test_replay import RECORDED, _load
 from worker.assembly import build_worker
 from worker.payloads import DATA_CONVERTER
@@ -89,7 +91,7 @@ class _CheckedRunner(CompiledSandboxRunner):
 
 
 async def test_payload_contexts_asked_outside_the_sandbox_are_the_sandboxed_answers(
-    client: Client, task_queue: str, keel: KeelClient, script: Any
+    client: Client, task_queue: str, keel: KeelClient, script: Script
 ) -> None:
     runner = _CheckedRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)

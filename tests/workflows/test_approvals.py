@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from tests.conftest import respond, save_history, text, tool_use
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
 from worker.sessions import KeelClient, RequestRejected, SessionNotFound
 from workflows.contracts import TurnRecord
@@ -34,7 +36,7 @@ def lines(path: Path) -> list[str]:
 
 
 async def test_approve_runs_the_tool_the_model_asked_for(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     asked = tool_use("g1", "guarded_record", path=str(target), value="approved-once")
@@ -64,7 +66,7 @@ async def test_approve_runs_the_tool_the_model_asked_for(
 
 
 async def test_deny_gives_the_model_the_reason(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -89,7 +91,7 @@ async def test_deny_gives_the_model_the_reason(
 
 
 async def test_mixed_message_runs_the_free_tool_at_once_and_appends_together(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -123,7 +125,7 @@ async def test_mixed_message_runs_the_free_tool_at_once_and_appends_together(
 
 
 async def test_bad_decisions_are_rejected_and_nothing_runs(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -180,7 +182,7 @@ async def test_bad_decisions_are_rejected_and_nothing_runs(
 
 
 async def test_invalid_decide_signal_is_ignored(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -216,7 +218,7 @@ async def test_invalid_decide_signal_is_ignored(
 
 
 async def test_approval_timeout_denies(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -239,7 +241,7 @@ async def test_approval_timeout_denies(
 
 
 async def test_session_policy_requires_approval_for_a_plain_tool(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -259,7 +261,7 @@ async def test_session_policy_requires_approval_for_a_plain_tool(
 
 
 async def test_approval_survives_a_worker_restart(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -281,7 +283,7 @@ async def test_approval_survives_a_worker_restart(
 
 
 async def test_cancel_while_waiting_for_approval(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -301,7 +303,7 @@ async def test_cancel_while_waiting_for_approval(
 
 
 async def test_steering_reaches_the_next_model_call(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [
@@ -335,7 +337,7 @@ async def test_steering_reaches_the_next_model_call(
 
 
 async def test_steering_during_the_last_model_call_is_not_lost(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [respond(text("first answer"), delay_s=1.5), respond(text("answer after guidance"))]
@@ -356,7 +358,7 @@ async def test_steering_during_the_last_model_call_is_not_lost(
 
 
 async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     """A decision sent the moment the approval shows is taken, every time.
 
@@ -372,7 +374,7 @@ async def test_a_decision_sent_as_soon_as_the_approval_shows_is_taken(
 
 
 async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     """The signal form of the race above has no answer to retry on: the session holds it.
 
@@ -391,7 +393,12 @@ async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
 
 
 async def approve_as_soon_as_shown(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path, send: Any, turns: int = 40
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    tmp_path: Path,
+    send: Any,
+    turns: int = 40,
 ) -> None:
     """Turns that each park one approval, approved with ``send`` the moment it shows."""
     async with run_worker():

@@ -6,11 +6,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLE_TOOLS, text, tool_use
 from tests.fakes.bedrock_server import (
     FakeBedrock,
     HttpError,
@@ -18,6 +16,8 @@ from tests.fakes.bedrock_server import (
     StreamCut,
     fake_bedrock_env,
 )
+from tests.helpers.fixture_types import RunWorker
+from tests.helpers.scripts import SAMPLE_TOOLS, text, tool_use
 from tests.workflows.test_session import no_dangling
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
@@ -36,7 +36,9 @@ def sid() -> str:
     return f"b-{uuid.uuid4().hex[:10]}"
 
 
-async def test_two_cycle_tool_turn(keel: KeelClient, run_worker: Any, bedrock: FakeBedrock) -> None:
+async def test_two_cycle_tool_turn(
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
+) -> None:
     bedrock.script(
         Reply([text("let me echo"), tool_use("t1", "echo", text="hi")], stop_reason="tool_use"),
         Reply([text("echoed: hi")]),
@@ -69,7 +71,7 @@ async def test_two_cycle_tool_turn(keel: KeelClient, run_worker: Any, bedrock: F
 
 
 async def test_throttling_is_retried_by_temporal(
-    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
     bedrock.script(
         HttpError(429, "ThrottlingException", "Too many requests, please wait."),
@@ -84,7 +86,7 @@ async def test_throttling_is_retried_by_temporal(
 
 
 async def test_validation_error_fails_the_turn_fast_and_session_survives(
-    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
     bedrock.script(HttpError(400, "ValidationException", "messages.0.content.0: bad block"))
     session = sid()
@@ -111,7 +113,7 @@ async def test_validation_error_fails_the_turn_fast_and_session_survives(
 
 
 async def test_stream_cut_mid_message_is_retried(
-    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
     bedrock.script(
         StreamCut(Reply([text("a partial answer that never ends")]), after_events=3),
@@ -126,7 +128,7 @@ async def test_stream_cut_mid_message_is_retried(
 
 
 async def test_max_tokens_mid_tool_use_runs_nothing(
-    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
     partial = {"toolUse": {"toolUseId": "cut", "name": "echo", "input": '{"text": "hal'}}
     bedrock.script(Reply([text("I will call"), partial], stop_reason="max_tokens"))
@@ -146,7 +148,7 @@ async def test_max_tokens_mid_tool_use_runs_nothing(
 
 
 async def test_context_window_limits_what_the_model_sees_not_what_is_kept(
-    keel: KeelClient, run_worker: Any, bedrock: FakeBedrock
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
     bedrock.script(
         *(

@@ -30,7 +30,7 @@ from temporalio.common import RawValue
 from temporalio.service import RPCError
 
 from activities.store import ConversationStore
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
 from workflows.contracts import Decision, PromptInput, SessionConfig
@@ -65,10 +65,9 @@ class Bench:
         return self.client.get_workflow_handle(self.session)
 
     def script(self, *responses: dict[str, Any], **options: Any) -> SessionConfig:
-        path = self.tmp / f"script-{uuid.uuid4().hex[:8]}.json"
-        path.write_text(json.dumps({"responses": list(responses)}))
+        model = write_script(self.tmp / f"script-{uuid.uuid4().hex[:8]}.json", responses)
         options.setdefault("tool_modules", [SAMPLE_TOOLS, FAULT_TOOLS])
-        self.config = SessionConfig(model=f"scripted:{path}", **options)
+        self.config = SessionConfig(model=model, **options)
         return self.config
 
     def smuggled(self, use_id: str = "evil", name: str = "record") -> dict[str, Any]:

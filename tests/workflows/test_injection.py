@@ -29,7 +29,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 from activities.store import ConversationStore
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from worker.assembly import build_worker
 from worker.sessions import KeelClient
 from workflows.contracts import PromptInput, SessionConfig, TurnRecord
@@ -66,9 +66,8 @@ class Corpus:
     def script(self, *responses: dict[str, Any]) -> SessionConfig:
         if not responses:
             responses = tuple(respond(text(f"answer {i}")) for i in range(6))
-        path = self.tmp / f"script-{uuid.uuid4().hex[:8]}.json"
-        path.write_text(json.dumps({"responses": list(responses)}))
-        return SessionConfig(model=f"scripted:{path}", tool_modules=[SAMPLE_TOOLS])
+        model = write_script(self.tmp / f"script-{uuid.uuid4().hex[:8]}.json", responses)
+        return SessionConfig(model=model, tool_modules=[SAMPLE_TOOLS])
 
     async def started(self, *responses: dict[str, Any], messages: Sequence[Message] = ()) -> None:
         config = self.script(*responses)

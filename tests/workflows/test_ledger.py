@@ -20,7 +20,8 @@ from temporalio.worker import Worker
 
 from activities import ModelActivities, ToolActivities
 from activities.tools import load_tool_modules
-from tests.conftest import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.fixture_types import Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from worker.payloads import DATA_CONVERTER
 from worker.sessions import KeelClient
 from workflows import (
@@ -144,7 +145,7 @@ class ProbedSession(AgentSession):
 
 
 async def test_a_real_continue_as_new_carries_the_whole_ledger(
-    client: Client, task_queue: str, store: Any, script: Any
+    client: Client, task_queue: str, store: Any, script: Script
 ) -> None:
     asked = tool_use("g1", "guarded_record", path="/nonexistent/never", value="v")
     config = script([respond(text("first")), respond(asked, stop="tool_use"), respond(text("ok"))])

@@ -13,7 +13,9 @@ from temporalio.client import Client
 
 from activities.store import ConversationStore, open_store
 from activities.store.base import canonical_json
-from tests.conftest import SAMPLE_TOOLS, respond, run_histories, save_history, text, tool_use
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import run_histories, save_history
 from tests.workflows.test_approvals import lines
 from tests.workflows.test_session import no_dangling, result_texts
 from worker.assembly import build_worker
@@ -44,7 +46,9 @@ def tool_loop(cycles: int, result_size: int = 2048) -> list[dict[str, Any]]:
     return [*loop, respond(text(f"done after {cycles} cycles"))]
 
 
-async def run_loop(keel: KeelClient, run_worker: Any, script: Any, cycles: int) -> dict[str, Any]:
+async def run_loop(
+    keel: KeelClient, run_worker: RunWorker, script: Script, cycles: int
+) -> dict[str, Any]:
     config = script(tool_loop(cycles), continue_as_new_events=400)
     session = sid()
     async with run_worker(max_cached_workflows=100):
@@ -66,7 +70,7 @@ async def run_loop(keel: KeelClient, run_worker: Any, script: Any, cycles: int) 
 
 
 async def test_long_tool_loop_keeps_history_linear(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     figures = [await run_loop(keel, run_worker, script, n) for n in (100, 300)]
     for f in figures:
@@ -79,7 +83,7 @@ async def test_long_tool_loop_keeps_history_linear(
 
 
 async def test_continue_as_new_while_approval_pending(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path, model_log: Any
 ) -> None:
     target = tmp_path / "out.txt"
     config = script(
@@ -162,7 +166,7 @@ def model_results(history: Any) -> list[dict[str, Any]]:
 
 
 async def test_prompts_sent_during_the_switch_are_all_processed(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     prompts = 12
     config = script(
@@ -198,7 +202,7 @@ async def test_prompts_sent_during_the_switch_are_all_processed(
 
 
 async def test_a_prompt_update_delivered_again_in_the_next_run_makes_no_second_turn(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     # The server can deliver an update completed in the same workflow task as continue-as-new
     # to the new run again, with its id (temporalio/temporal#6375). Sent again here by hand,
@@ -229,7 +233,7 @@ async def test_a_prompt_update_delivered_again_in_the_next_run_makes_no_second_t
 
 
 async def test_a_steer_update_delivered_again_in_the_next_run_adds_no_second_guidance(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     # As above, for ``steer``: the steer lands in run 1, the same id again in run 2, during
     # the same turn. Taken twice, the guidance would reach the model twice.
@@ -266,7 +270,7 @@ async def test_a_steer_update_delivered_again_in_the_next_run_adds_no_second_gui
 
 
 async def test_decide_and_cancel_updates_delivered_again_in_a_later_run_act_once(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     # As above, for ``decide`` and ``cancel``: each sent again with its id once the session
     # has moved to a later run and another turn is running. The decision must not come back
@@ -316,7 +320,7 @@ async def test_decide_and_cancel_updates_delivered_again_in_a_later_run_act_once
 
 @pytest.mark.parametrize("damage", ["missing", "corrupted"])
 async def test_damaged_store_fails_the_turn_naming_the_digest(
-    keel: KeelClient, run_worker: Any, script: Any, store: ConversationStore, damage: str
+    keel: KeelClient, run_worker: RunWorker, script: Script, store: ConversationStore, damage: str
 ) -> None:
     config = script([respond(text("first")), respond(text("never"))])
     session = sid()
@@ -338,7 +342,7 @@ async def test_damaged_store_fails_the_turn_naming_the_digest(
 
 
 async def test_oversized_prompt_and_tool_result_are_refused_clearly(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.fakes.openai_server import Failure, FakeOpenAIServer, Reply, ToolCall
+from tests.helpers.fixture_types import RunWorker
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import tool_uses
@@ -39,7 +39,7 @@ def add_call(call_id: str | None, a: int, b: int) -> Reply:
 
 
 async def test_two_cycle_tool_turn(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(add_call("call_abc", 2, 3), Reply(text="2 + 3 = 5"))
     session = sid()
@@ -76,7 +76,7 @@ async def test_two_cycle_tool_turn(
 
 
 async def test_id_less_tool_calls_in_consecutive_cycles_do_not_collide(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(add_call(None, 1, 2), add_call(None, 3, 4), Reply(text="3 and 7"))
     session = sid()
@@ -94,7 +94,7 @@ async def test_id_less_tool_calls_in_consecutive_cycles_do_not_collide(
 
 
 async def test_rate_limit_is_retried_once(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(Failure(429, "rate limited", type="rate_limit_error"), Reply(text="hello"))
     session = sid()
@@ -107,7 +107,7 @@ async def test_rate_limit_is_retried_once(
 
 
 async def test_bad_request_fails_the_turn_fast_and_session_stays_usable(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(Failure(400, "invalid tool schema for 'add'"), Reply(text="all good now"))
     session = sid()
@@ -128,7 +128,7 @@ async def test_bad_request_fails_the_turn_fast_and_session_stays_usable(
 
 
 async def test_cut_stream_is_retried(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(Reply(text="this answer is cut off", cut_after=2), Reply(text="complete"))
     session = sid()
@@ -140,7 +140,7 @@ async def test_cut_stream_is_retried(
 
 
 async def test_length_mid_tool_call_fails_the_turn_without_tool_use(
-    keel: KeelClient, run_worker: Any, openai: FakeOpenAIServer
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
 ) -> None:
     openai.enqueue(
         Reply(

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from tests.conftest import respond, save_history, text, tool_use
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
 from worker.sessions import KeelClient, RequestRejected
 from workflows.contracts import TurnRecord
@@ -27,7 +29,7 @@ async def waiting(keel: KeelClient, session: str, turn_id: int) -> TurnRecord:
 
 
 async def test_a_tool_asks_once_and_uses_the_answer(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs.txt"
     config = script(
@@ -63,7 +65,7 @@ async def test_a_tool_asks_once_and_uses_the_answer(
 
 
 async def test_two_tools_one_asking_only_the_asking_one_runs_again(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     free, runs = tmp_path / "free.txt", tmp_path / "runs.txt"
     config = script(
@@ -92,7 +94,7 @@ async def test_two_tools_one_asking_only_the_asking_one_runs_again(
 
 
 async def test_a_tool_asking_twice_in_sequence(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [
@@ -121,7 +123,9 @@ async def test_a_tool_asking_twice_in_sequence(
     assert result_texts(state.messages[2]) == [("c1", "success", "confirmed yes then True")]
 
 
-async def test_bad_responses_are_rejected(keel: KeelClient, run_worker: Any, script: Any) -> None:
+async def test_bad_responses_are_rejected(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
     config = script(
         [
             respond(tool_use("p1", "pick_account", query="x"), stop="tool_use"),
@@ -158,7 +162,7 @@ async def test_bad_responses_are_rejected(keel: KeelClient, run_worker: Any, scr
 
 
 async def test_question_survives_a_worker_restart(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs.txt"
     config = script(
@@ -180,7 +184,7 @@ async def test_question_survives_a_worker_restart(
 
 
 async def test_question_across_continue_as_new(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [
@@ -217,8 +221,8 @@ async def test_question_across_continue_as_new(
 )
 async def test_policy_hook_runs_denies_or_requires_approval(
     keel: KeelClient,
-    run_worker: Any,
-    script: Any,
+    run_worker: RunWorker,
+    script: Script,
     model_log: Any,
     amount: int,
     to: str,
@@ -252,7 +256,7 @@ async def test_policy_hook_runs_denies_or_requires_approval(
 
 
 async def test_unknown_policy_denies_with_a_clear_reason(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [respond(tool_use("t1", "echo", text="x"), stop="tool_use"), respond(text("ok"))],
@@ -267,7 +271,7 @@ async def test_unknown_policy_denies_with_a_clear_reason(
 
 
 async def test_an_answer_sent_as_soon_as_the_question_shows_is_taken(
-    keel: KeelClient, run_worker: Any, script: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     """Every answer to a question the session shows is taken.
 

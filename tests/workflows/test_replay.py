@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio import workflow
@@ -13,7 +12,9 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.sample_tools  # noqa: F401 - the policies the recorded sessions used, as on their worker
-from tests.conftest import HISTORIES, respond, text, tool_use
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import HISTORIES
 from worker.payloads import DATA_CONVERTER
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient
@@ -80,7 +81,7 @@ async def test_incompatible_change_fails_replay(path: Path) -> None:
 
 
 async def test_fresh_history_replays_and_catches_a_change(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [respond(tool_use("t", "echo", text="x"), stop="tool_use"), respond(text("ok"))]

@@ -14,7 +14,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 
-from tests.conftest import respond, save_history, text, tool_use
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
 from worker.sessions import KeelClient, RequestRejected
 from workflows.contracts import PromptInput, SessionConfig
 from workflows.ledger import SessionInput
@@ -55,7 +57,7 @@ def result_texts(message: Message) -> list[tuple[str, str, str]]:
 
 
 async def test_two_cycle_tool_turn(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [
@@ -98,7 +100,7 @@ async def test_two_cycle_tool_turn(
 
 
 async def test_deferred_append_seen_mid_tool(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [
@@ -130,7 +132,7 @@ async def test_deferred_append_seen_mid_tool(
 
 
 async def test_imported_trailing_tool_use_is_never_run(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any, tmp_path: Path
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any, tmp_path: Path
 ) -> None:
     target = tmp_path / "side-effect.txt"
     history = [
@@ -164,7 +166,7 @@ async def test_imported_trailing_tool_use_is_never_run(
 
 
 async def test_a_refused_import_leaves_no_unretrieved_error_behind(
-    keel: KeelClient, script: Any, caplog: pytest.LogCaptureFixture
+    keel: KeelClient, script: Script, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A start the server refuses fails once, cleanly; nothing is logged when it is freed.
 
@@ -188,7 +190,7 @@ async def test_a_refused_import_leaves_no_unretrieved_error_behind(
 
 
 async def test_parallel_tools_take_the_slowest_time_results_in_order(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [
@@ -220,7 +222,7 @@ async def test_parallel_tools_take_the_slowest_time_results_in_order(
 
 
 async def test_tool_failures_become_error_results_and_session_stays_healthy(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [
@@ -255,7 +257,7 @@ async def test_tool_failures_become_error_results_and_session_stays_healthy(
     no_dangling(state.messages)
 
 
-async def test_max_tokens_recovery(keel: KeelClient, run_worker: Any, script: Any) -> None:
+async def test_max_tokens_recovery(keel: KeelClient, run_worker: RunWorker, script: Script) -> None:
     config = script(
         [
             respond(text("I will call"), tool_use("cut", "echo", text="hal"), stop="max_tokens"),
@@ -284,7 +286,7 @@ async def test_max_tokens_recovery(keel: KeelClient, run_worker: Any, script: An
 
 
 async def test_queued_prompts_run_in_order(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [
@@ -330,8 +332,8 @@ async def test_queued_prompts_run_in_order(
 )
 async def test_prompts_with_non_user_content_are_rejected(
     keel: KeelClient,
-    run_worker: Any,
-    script: Any,
+    run_worker: RunWorker,
+    script: Script,
     model_log: Any,
     content: list[dict[str, Any]],
     role: str,
@@ -356,7 +358,7 @@ async def test_prompts_with_non_user_content_are_rejected(
 
 
 async def test_client_rejection_names_the_problem(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script([respond(text("hello"))])
     session = sid()
@@ -370,7 +372,7 @@ async def test_client_rejection_names_the_problem(
 
 
 async def test_cancel_mid_tool_leaves_no_dangling_tool_use(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script(
         [
@@ -411,7 +413,7 @@ async def test_cancel_mid_tool_leaves_no_dangling_tool_use(
 
 
 async def test_multi_turn_and_close(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script([respond(text("first answer")), respond(text("second answer"))])
     session = sid()
@@ -427,7 +429,7 @@ async def test_multi_turn_and_close(
 
 
 async def test_model_failure_ends_turn_not_session(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script([respond(text("only one"))])
     session = sid()
@@ -441,7 +443,7 @@ async def test_model_failure_ends_turn_not_session(
 
 
 async def test_start_input_with_orphan_tool_result_fails_clearly(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script([respond(text("never"))])
     history = [
@@ -466,7 +468,7 @@ async def test_start_input_with_orphan_tool_result_fails_clearly(
 
 
 async def test_a_tool_module_the_worker_lacks_fails_the_turn_clearly(
-    keel: KeelClient, run_worker: Any, script: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     config = script([respond(text("never"))], tool_modules=["tests.no_such_tools"])
     session = sid()
@@ -481,7 +483,9 @@ async def test_a_tool_module_the_worker_lacks_fails_the_turn_clearly(
     assert [e.activity_task_started_event_attributes.attempt for e in started] == [1, 1]
 
 
-async def test_unknown_model_spec_fails_the_turn_clearly(keel: KeelClient, run_worker: Any) -> None:
+async def test_unknown_model_spec_fails_the_turn_clearly(
+    keel: KeelClient, run_worker: RunWorker
+) -> None:
     session = sid()
     async with run_worker():
         record = await keel.run(
@@ -492,7 +496,7 @@ async def test_unknown_model_spec_fails_the_turn_clearly(keel: KeelClient, run_w
 
 
 async def test_cycle_budget_ends_a_looping_turn(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     loop = [respond(tool_use(f"t{i}", "echo", text="again"), stop="tool_use") for i in range(5)]
     config = script(loop, max_cycles_per_turn=2)
@@ -508,7 +512,7 @@ async def test_cycle_budget_ends_a_looping_turn(
 
 
 async def test_token_budget_ends_turn_and_refuses_prompts(
-    keel: KeelClient, run_worker: Any, script: Any, model_log: Any
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     config = script(
         [

