@@ -113,8 +113,10 @@ def _tracing_interceptors(provider: TracerProvider | None) -> list[Interceptor]:
         return [KeelInterceptor()]
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    keel = KeelInterceptor(provider)
-    return [TracingInterceptor(keel.tracer), keel]
+    from worker.tracing import KeelSpans  # the otel extra: imported only when tracing
+
+    spans = KeelSpans(provider)
+    return [TracingInterceptor(spans.tracer), KeelInterceptor(spans)]
 
 
 def freeze_startup_heap() -> int:

@@ -7,7 +7,8 @@ and cycle the activity serves; log records written while it runs get ``session_i
 ``turn`` and ``cycle`` (see ``worker.telemetry``), and SDK metrics count model calls, tokens
 and tool runs.
 
-With a tracer provider (see ``worker.tracing``), it also traces: a ``keel.turn`` span per
+Given ``ActivitySpans`` (``worker.tracing.KeelSpans``, from the ``otel`` extra), it also
+traces: a ``keel.turn`` span per
 turn, parent of the ``StartActivity`` spans of temporalio's ``TracingInterceptor`` for the
 turn's model calls and tool runs, and under their ``RunActivity`` spans a
 ``keel.model_call`` span (model, tokens, stop reason) or a ``keel.tool_run`` span (tool,
@@ -27,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
@@ -45,11 +46,15 @@ from temporalio.worker import (
 
 from workflows.activity_options import MODEL_ACTIVITY, TOOL_ACTIVITY
 
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Tracer
-
-__all__ = ["CYCLE_HEADER", "KeelInterceptor", "TurnSpan", "log_fields", "tool_status"]
+__all__ = [
+    "CYCLE_HEADER",
+    "ActivitySpans",
+    "KeelInterceptor",
+    "TurnSpan",
+    "log_fields",
+    "tool_status",
+]
+T = TypeVar("T")
 
 CYCLE_HEADER = "keel-cycle"
 _JSON_ENCODING = b"json/plain"
@@ -93,6 +98,26 @@ class TurnSpan:
     replaying: bool
 
 
+class ActivitySpans(Protocol):
+    """How ``KeelInterceptor`` traces; ``worker.tracing.KeelSpans`` implements it.
+
+    Handed in rather than imported, so this module needs no OpenTelemetry.
+    """
+
+    def start_in_turn(self, turn: TurnSpan, start: Callable[[], T]) -> T:
+        """Start an activity of a turn (``start()``) under the turn's span."""
+
+    async def run(
+        self,
+        activity_type: str,
+        fields: Mapping[str, Any],
+        request: Any,
+        next: ActivityInboundInterceptor,
+        input: ExecuteActivityInput,
+    ) -> Any:
+        """Run a model call or tool run inside its span."""
+
+
 def log_fields(record_workflow: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Session, turn and cycle for a log record written now.
 
@@ -131,27 +156,21 @@ class KeelInterceptor(Interceptor):
     spans nest inside that interceptor's (``worker.assembly.build_worker`` does).
     """
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
-        """Trace with ``tracer_provider`` when given (needs the ``otel`` extra)."""
-        self.tracer: Tracer | None = None
-        self._trace_activity: Callable[..., Any] | None = None
-        if tracer_provider is not None:
-            from worker.tracing import ActivityTracer, keel_tracer
-
-            self.tracer = keel_tracer(tracer_provider)
-            self._trace_activity = ActivityTracer(self.tracer).start
+    def __init__(self, spans: ActivitySpans | None = None) -> None:
+        """Trace with ``spans`` when given."""
+        self.spans = spans
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         """Log context, metrics and spans around each activity."""
-        return _ActivityInbound(next, self.tracer)
+        return _ActivityInbound(next, self.spans)
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor]:
         """The workflow side: turn and cycle headers, turn spans through extern functions."""
         input.unsafe_extern_functions[_EXTERN_CYCLE] = _note_cycle
-        if self._trace_activity is not None:
-            input.unsafe_extern_functions[_EXTERN_TRACE] = self._trace_activity
+        if self.spans is not None:
+            input.unsafe_extern_functions[_EXTERN_TRACE] = self.spans.start_in_turn
         return _WorkflowInbound
 
 
@@ -217,9 +236,9 @@ class _WorkflowOutbound(WorkflowOutboundInterceptor):
 
 
 class _ActivityInbound(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, tracer: Tracer | None) -> None:
+    def __init__(self, next: ActivityInboundInterceptor, spans: ActivitySpans | None) -> None:
         super().__init__(next)
-        self._tracer = tracer
+        self._spans = spans
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
@@ -235,11 +254,9 @@ class _ActivityInbound(ActivityInboundInterceptor):
             fields["cycle"] = getattr(request, "cycle", fields.get("cycle"))
         token = _ACTIVITY_FIELDS.set(fields)
         try:
-            if self._tracer is not None and info.activity_type in (MODEL_ACTIVITY, TOOL_ACTIVITY):
-                from worker.tracing import traced_activity
-
-                result = await traced_activity(
-                    self._tracer, info.activity_type, fields, request, self.next, input
+            if self._spans is not None and info.activity_type in (MODEL_ACTIVITY, TOOL_ACTIVITY):
+                result = await self._spans.run(
+                    info.activity_type, fields, request, self.next, input
                 )
             else:
                 result = await self.next.execute_activity(input)

@@ -39,7 +39,7 @@ from worker.settings import DEFAULT_SERVICE_NAME
 from workflows.activity_options import MODEL_ACTIVITY
 
 __all__ = [
-    "ActivityTracer",
+    "KeelSpans",
     "KeelIdGenerator",
     "keel_tracer",
     "otlp_exporter",
@@ -124,15 +124,18 @@ def keel_tracer(provider: TracerProvider) -> Tracer:
     return provider.get_tracer("keel")
 
 
-class ActivityTracer:
-    """Called by the workflow side (an extern function) for each activity of a turn."""
+class KeelSpans:
+    """Keel's spans, for ``KeelInterceptor`` (it implements ``ActivitySpans``)."""
 
-    def __init__(self, tracer: Tracer) -> None:
-        """Emit spans with ``tracer``."""
-        self.tracer = tracer
+    def __init__(self, provider: TracerProvider) -> None:
+        """Emit spans with Keel's tracer from ``provider`` (see ``keel_tracer``)."""
+        self.tracer = keel_tracer(provider)
 
-    def start(self, turn: TurnSpan, start: Callable[[], T]) -> T:
-        """Emit the turn's span when the turn starts; start the activity under it."""
+    def start_in_turn(self, turn: TurnSpan, start: Callable[[], T]) -> T:
+        """Emit the turn's span when the turn starts; start the activity under it.
+
+        The workflow side calls it (an extern function) for each activity of a turn.
+        """
         trace_id, span_id = turn_span_ids(turn.session_id, turn.first_run_id, turn.turn)
         if turn.starts_turn and not turn.replaying:
             token = _FORCED_IDS.set((trace_id, span_id))
@@ -161,6 +164,26 @@ class ActivityTracer:
         with _attached(trace.set_span_in_context(trace.NonRecordingSpan(parent))):
             return start()
 
+    async def run(
+        self,
+        activity_type: str,
+        fields: Mapping[str, Any],
+        request: Any,
+        next: ActivityInboundInterceptor,
+        input: ExecuteActivityInput,
+    ) -> Any:
+        """Run a model call or tool run inside its ``keel.model_call`` / ``keel.tool_run`` span."""
+        attributes: dict[str, Any] = {
+            "keel.session_id": fields["session_id"],
+            "keel.attempt": fields["attempt"],
+        }
+        for key in ("turn", "cycle"):
+            if fields.get(key) is not None:
+                attributes[f"keel.{key}"] = fields[key]
+        if activity_type == MODEL_ACTIVITY:
+            return await _model_call(self.tracer, attributes, request, next, input)
+        return await _tool_run(self.tracer, attributes, request, next, input)
+
 
 @contextmanager
 def _attached(ctx: otel_context.Context) -> Iterator[None]:
@@ -169,27 +192,6 @@ def _attached(ctx: otel_context.Context) -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
-
-
-async def traced_activity(
-    tracer: Tracer,
-    activity_type: str,
-    fields: Mapping[str, Any],
-    request: Any,
-    next: ActivityInboundInterceptor,
-    input: ExecuteActivityInput,
-) -> Any:
-    """Run a model call or tool run inside its ``keel.model_call`` / ``keel.tool_run`` span."""
-    attributes: dict[str, Any] = {
-        "keel.session_id": fields["session_id"],
-        "keel.attempt": fields["attempt"],
-    }
-    for key in ("turn", "cycle"):
-        if fields.get(key) is not None:
-            attributes[f"keel.{key}"] = fields[key]
-    if activity_type == MODEL_ACTIVITY:
-        return await _model_call(tracer, attributes, request, next, input)
-    return await _tool_run(tracer, attributes, request, next, input)
 
 
 async def _model_call(
