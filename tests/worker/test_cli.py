@@ -8,8 +8,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
-from tests.worker.conftest import keel, keel_env, write_script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+from tests.worker.conftest import keel, keel_env
 
 
 def test_run_json_two_cycle_turn_with_tool_module(

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
-from tests.worker.conftest import ROOT, keel, write_script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+from tests.worker.conftest import ROOT, keel
 
 TWO_CYCLE_TYPES = [
     "prompt_queued",
