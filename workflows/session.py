@@ -87,18 +87,18 @@ class AgentSession(SessionHandlers):
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
         self._held = deque(maxlen=HELD_SIGNALS_KEPT)
         self._continuing = False
+        self._ledger = Ledger()
         if input.carried is not None:
-            self._ledger = input.carried
             if workflow.info().continued_run_id is None:
                 # S1: carried state (a parked cycle, queued prompts) is trusted only when this
                 # session's previous run handed it over; a client cannot forge it at start.
                 self._init_error = "carried state is accepted only from continue-as-new"
-                self._ledger = Ledger()
+            else:
+                self._ledger = input.carried
             return
         try:
             self._ledger = Ledger.starting_with(normalise_history(input.messages))
         except InputRejected as err:
-            self._ledger = Ledger()
             self._init_error = f"imported history rejected: {err}"
             return
         if input.prompt is not None:
