@@ -400,19 +400,19 @@ def test_iam_schema_rejects_broader_grants(statement: int, change: dict[str, Any
 # ----------------------------------------------------------------------------- docs
 
 
-def test_readme_deployment_documents_every_worker_setting() -> None:
+def test_the_deployment_docs_document_every_worker_setting() -> None:
     from worker.cli import build_parser
     from worker.settings import FLAG_NAMES
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Deployment") : readme.index("## Observability")]
+    page = (ROOT / "docs" / "deployment.md").read_text()
+    section = page[page.index("## 3. Workers") : page.index("## 4.")]
     rows = {
         row.split("|")[1].strip(" `"): row.split("|")[2].strip(" `")
         for row in section.splitlines()
         if row.startswith("| `")
     }
     for variable, flag in FLAG_NAMES.items():
-        assert rows.get(variable) == flag, f"README's worker table: {variable} {flag}"
+        assert rows.get(variable) == flag, f"docs/deployment.md's worker table: {variable} {flag}"
     parser = build_parser()
     worker = next(
         a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "worker"
