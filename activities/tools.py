@@ -227,9 +227,7 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     return loaded
 
 
-def specs_for_modules(
-    modules: Sequence[str], extra: Sequence[ToolSpec] = ()
-) -> list[ToolSpec]:
+def specs_for_modules(modules: Sequence[str], extra: Sequence[ToolSpec] = ()) -> list[ToolSpec]:
     """Specs of the tools defined in ``modules`` (or in a submodule of one of them).
 
     Args:

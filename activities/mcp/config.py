@@ -91,6 +91,8 @@ class McpServerConfig:
         cwd: working directory of a stdio server's process; default the worker's.
         timeout_s: how long one call of one of its tools may run.
         start_timeout_s: how long starting and listing the server may take.
+        tools: offer only these of the server's tools (None: every one it lists); a name
+            the server does not list stops the worker at start.
     """
 
     name: str
@@ -101,6 +103,7 @@ class McpServerConfig:
     cwd: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    tools: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         """Check the name and that exactly one transport is given."""

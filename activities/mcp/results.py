@@ -33,6 +33,8 @@ def result_content(result: types.CallToolResult) -> list[ToolResultContent]:
     """The toolResult content for an MCP tool's result (its ``isError`` is the caller's)."""
     blocks: list[ToolResultContent] = []
     structured = result.structured_content
+    if structured is not None and _wraps_text(structured, result.content):
+        structured = None  # {"result": "..."} around the text block that says it already
     if structured is not None:
         blocks.append(ToolResultContent.model_validate({"json": structured}))
     for item in result.content:
@@ -40,6 +42,18 @@ def result_content(result: types.CallToolResult) -> list[ToolResultContent]:
             continue
         blocks.append(_block(item))
     return blocks or [ToolResultContent(text="(the tool returned no content)")]
+
+
+def _wraps_text(structured: Any, content: list[Any]) -> bool:
+    """Whether structured content only wraps a tool's text answer (MCPServer's ``result``)."""
+    if not (isinstance(structured, dict) and list(structured) == ["result"]):
+        return False
+    value = structured["result"]
+    return (
+        len(content) == 1
+        and isinstance(content[0], types.TextContent)
+        and (content[0].text == value or _repeats(content[0], value))
+    )
 
 
 def _repeats(item: Any, structured: Any) -> bool:

@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker
 
 from activities.mcp.config import (
     McpConfigError,
     McpServerConfig,
+    McpServerError,
     McpToolConflict,
 )
 from activities.mcp.connection import McpConnection
@@ -78,8 +80,8 @@ class McpServers:
         return self._connections[server]
 
     def plugin(self) -> SimplePlugin:
-        """A temporalio worker plugin that runs the worker inside ``running()``."""
-        return SimplePlugin("keel.mcp", run_context=self.running)
+        """A temporalio worker plugin: ``start`` before the worker polls, ``aclose`` after."""
+        return _McpPlugin(self)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -109,8 +111,17 @@ class McpServers:
             tools: dict[str, McpTool] = {}
             for name, outcome in zip(names, listed, strict=True):
                 assert not isinstance(outcome, BaseException)
+                config = self._connections[name].config
+                wanted = config.tools
+                if wanted is not None:
+                    missing = sorted(set(wanted) - {t.name for t in outcome})
+                    if missing:
+                        raise McpServerError(
+                            name, f"{config.describe()} does not offer the tools {missing}"
+                        )
                 for tool in outcome:
-                    self._add(tools, self._connections[name].config, tool)
+                    if wanted is None or tool.name in wanted:
+                        self._add(tools, config, tool)
         except BaseException:
             await self.aclose()
             raise
@@ -154,9 +165,7 @@ class McpServers:
             return
         other = tools.get(tool.name)
         if other is not None:
-            raise McpToolConflict(
-                config.name, tool.name, (f"mcp:{other.server}", config.module)
-            )
+            raise McpToolConflict(config.name, tool.name, (f"mcp:{other.server}", config.module))
         local = registered_tools().get(tool.name)
         if local is not None:
             raise McpToolConflict(config.name, tool.name, (config.module, local.spec.module))
@@ -173,3 +182,31 @@ class McpServers:
                 module=config.module,
             ),
         )
+
+
+class _McpPlugin(SimplePlugin):
+    """Runs a worker between its MCP servers' ``start`` and ``aclose``."""
+
+    def __init__(self, servers: McpServers) -> None:
+        super().__init__("keel.mcp")
+        self._servers = servers
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Start the servers, run the worker, close the servers.
+
+        Raises:
+            McpServerError: a server did not start; the worker never polled.
+        """
+        try:
+            await self._servers.start()
+        except BaseException:
+            # temporalio marks a worker stopped only once its own run has begun; a worker
+            # stopped before that would make shutdown() (and so `async with`) wait forever.
+            stopped = getattr(worker, "_shutdown_complete_event", None)
+            if isinstance(stopped, asyncio.Event):
+                stopped.set()
+            raise
+        try:
+            await next(worker)
+        finally:
+            await self._servers.aclose()
