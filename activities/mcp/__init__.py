@@ -16,6 +16,7 @@ from activities.mcp.config import (
     McpServerError,
     McpToolConflict,
     McpTransportError,
+    env_variable,
     headers_variable,
     parse_mcp_spec,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "McpServerError",
     "McpToolConflict",
     "McpTransportError",
+    "env_variable",
     "headers_variable",
     "parse_mcp_spec",
 ]

@@ -5,6 +5,10 @@ like a shell would, ``shlex.split``) or ``NAME=URL`` (streamable HTTP, ``http://
 ``https://``). HTTP headers (for auth) come from the environment, never from the command line:
 ``KEEL_MCP_<NAME>_HEADERS`` holds a JSON object of header names to values, NAME upper-cased with
 every character other than a letter or digit replaced by ``_``.
+
+A stdio server's process gets the MCP SDK's default environment (``HOME``, ``PATH``, ``USER``
+and a few more), not the worker's (which may hold cloud credentials and Keel's keys), plus
+``KEEL_MCP_<NAME>_ENV``: a JSON object of variables to set for it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ __all__ = [
     "McpServerError",
     "McpToolConflict",
     "McpTransportError",
+    "env_variable",
     "headers_variable",
     "parse_mcp_spec",
 ]
@@ -142,20 +147,30 @@ def headers_variable(name: str) -> str:
     return f"KEEL_MCP_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}_HEADERS"
 
 
+def env_variable(name: str) -> str:
+    """The environment variable holding a stdio server's extra variables: ``KEEL_MCP_<NAME>_ENV``.
+
+    Args:
+        name: the server's name.
+    """
+    return f"KEEL_MCP_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}_ENV"
+
+
 def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpServerConfig:
     """Parse one ``--mcp`` value: ``NAME=COMMAND`` (stdio) or ``NAME=URL`` (streamable HTTP).
 
     Args:
         spec: e.g. ``git=mcp-server-git --repository .`` or ``docs=https://host/mcp``.
         environ: where to read ``KEEL_MCP_<NAME>_HEADERS`` (a JSON object) for an HTTP
-            server; default ``os.environ``.
+            server, ``KEEL_MCP_<NAME>_ENV`` (a JSON object) for a stdio one; default
+            ``os.environ``.
 
     Returns:
         The server's configuration.
 
     Raises:
         McpConfigError: no ``=``, a bad name, an empty or unbalanced command, or a headers
-            variable that is not a JSON object of strings.
+            or env variable that is not a JSON object of strings.
     """
     name, sep, target = spec.partition("=")
     name, target = name.strip(), target.strip()
@@ -169,18 +184,19 @@ def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpSe
             f"--mcp {spec!r}: server name {name!r} must be 1-64 letters, digits, '_' or '-'"
         )
     if target.startswith(("http://", "https://")):
-        return McpServerConfig(name=name, url=target, headers=_headers(name, environ))
+        headers = _json_object(headers_variable(name), environ)
+        return McpServerConfig(name=name, url=target, headers=headers)
     try:
         command = tuple(shlex.split(target))
     except ValueError as err:
         raise McpConfigError(f"--mcp {spec!r}: cannot split the command: {err}") from err
     if not command:
         raise McpConfigError(f"--mcp {spec!r}: the command is empty")
-    return McpServerConfig(name=name, command=command)
+    env = _json_object(env_variable(name), environ)
+    return McpServerConfig(name=name, command=command, env=env)
 
 
-def _headers(name: str, environ: Mapping[str, str] | None) -> dict[str, str]:
-    variable = headers_variable(name)
+def _json_object(variable: str, environ: Mapping[str, str] | None) -> dict[str, str]:
     raw = (os.environ if environ is None else environ).get(variable)
     if raw is None or not raw.strip():
         return {}

@@ -35,10 +35,12 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 
 
 def test_a_command_is_split_like_a_shell_would() -> None:
-    config = parse_mcp_spec("git=mcp-server-git --repository 'my repo'")
+    env = {"KEEL_MCP_GIT_ENV": '{"GIT_AUTHOR_NAME": "keel"}', "SECRET": "x"}
+    config = parse_mcp_spec("git=mcp-server-git --repository 'my repo'", env)
     assert config.name == "git" and config.url is None
     assert config.command == ("mcp-server-git", "--repository", "my repo")
     assert config.module == "mcp:git"
+    assert dict(config.env) == {"GIT_AUTHOR_NAME": "keel"}  # only what the variable names
 
 
 def test_a_url_is_streamable_http_with_headers_from_the_environment() -> None:
