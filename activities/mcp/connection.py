@@ -111,7 +111,7 @@ class McpConnection:
         try:
             return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
         except Exception as exc:
-            if not _is_transport(exc):
+            if not _is_transport(exc, http=self.config.url is not None):
                 raise
             logger.warning(
                 "%s: connection lost during %r: %s", self.config.describe(), name, _why(exc)
@@ -227,11 +227,19 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _is_transport(exc: BaseException) -> bool:
+# What the SDK's HTTP transport says for an HTTP error status without a JSON-RPC body: the
+# server forgot the session (it restarted) or failed; a new connection is the cure.
+_HTTP_STAND_INS = ("Session terminated", "Server returned an error response")
+
+
+def _is_transport(exc: BaseException, http: bool) -> bool:
     """Whether a call failed because the connection did, not because the server said no."""
     for leaf in _leaves(exc):
-        if isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED:
-            return True
+        if isinstance(leaf, MCPError):
+            if leaf.code == types.CONNECTION_CLOSED:
+                return True
+            if http and (str(leaf) in _HTTP_STAND_INS or "session" in str(leaf).lower()):
+                return True
         if isinstance(
             leaf,
             anyio.ClosedResourceError

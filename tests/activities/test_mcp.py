@@ -26,7 +26,7 @@ from activities.mcp.results import result_content
 from activities.mcp.servers import McpServers
 from activities.tools import ToolModuleError, get_tool, specs_for_modules
 from tests.helpers.fixture_types import RunWorker
-from tests.helpers.mcp import children_running, hostile_server, time_server
+from tests.helpers.mcp import Everything, children_running, hostile_server, time_server
 from workflows.contracts import ToolSpec
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
@@ -267,3 +267,24 @@ async def test_a_cancelled_call_is_cancelled_on_the_server(tmp_path: Path) -> No
         assert result_content(answer)[0].text == "s/2"
         await asyncio.sleep(5.5)
     assert '"end"' not in log.read_text()
+
+
+async def test_an_http_server_that_restarted_is_reconnected() -> None:
+    everything = Everything()
+    try:
+        servers = McpServers(
+            [McpServerConfig(name="every", url=everything.url, tools=("get-sum",))]
+        )
+        async with servers.running():
+            tool = servers.get("get-sum")
+            assert tool is not None
+            answer = await servers.call(tool, {"a": 1, "b": 2}, "s", "s/1")
+            assert "3" in (result_content(answer)[0].text or "")
+            everything.restart()  # the new server does not know our session
+            with pytest.raises(McpTransportError):
+                await servers.call(tool, {"a": 2, "b": 2}, "s", "s/2")
+            answer = await servers.call(tool, {"a": 2, "b": 2}, "s", "s/2")  # Temporal's retry
+            assert "4" in (result_content(answer)[0].text or "")
+            assert servers.connection("every").opened == 2
+    finally:
+        everything.stop()

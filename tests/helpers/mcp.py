@@ -90,11 +90,38 @@ def everything_entry() -> Path:
     return entry
 
 
+class Everything:
+    """server-everything in streamable HTTP mode on a loopback port, which can be restarted."""
+
+    def __init__(self) -> None:
+        self.entry = everything_entry()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        return _listening(self.entry, self.port)
+
+    def restart(self) -> None:
+        """Kill the server and start a new one on the same port (it forgets every session)."""
+        self.stop()
+        self.proc = self._start()
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
 @contextmanager
 def everything_http() -> Iterator[str]:
     """server-everything in streamable HTTP mode on a free loopback port; yields its URL."""
-    entry = everything_entry()
-    port = free_port()
+    proc = _listening(everything_entry(), port := free_port())
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        _stop(proc)
+
+
+def _listening(entry: Path, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         ["node", str(entry), "streamableHttp"],
         env={**os.environ, "PORT": str(port)},
@@ -102,21 +129,17 @@ def everything_http() -> Iterator[str]:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "server-everything did not listen"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            assert time.monotonic() < deadline, "server-everything did not listen"
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
