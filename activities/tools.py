@@ -200,7 +200,8 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     """Import tool modules by name, which registers their tools.
 
     Args:
-        names: dotted module names (``--tools`` values); blanks and repeats are ignored.
+        names: dotted module names (``--tools`` values); blanks and repeats are ignored, and
+            so are ``mcp:NAME`` entries (an MCP server's tools, not a module to import).
 
     Returns:
         The module names imported, in order, without blanks or repeats.
@@ -211,7 +212,7 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     loaded: list[str] = []
     for raw in names:
         module = raw.strip()
-        if not module or module in loaded:
+        if not module or module in loaded or module.startswith(MCP_MODULE_PREFIX):
             continue
         try:
             importlib.import_module(module)

@@ -24,7 +24,7 @@ from activities.mcp import (
 )
 from activities.mcp.results import result_content
 from activities.mcp.servers import McpServers
-from activities.tools import ToolModuleError, get_tool, specs_for_modules
+from activities.tools import ToolModuleError, get_tool, load_tool_modules, specs_for_modules
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.mcp import Everything, children_running, hostile_server, time_server
 from workflows.contracts import ToolSpec
@@ -160,6 +160,11 @@ def test_sessions_name_servers_as_mcp_modules() -> None:
     assert everything[-2:] == ["t1", "g1"] and len(everything) > 2  # @tool ones first
     with pytest.raises(ToolModuleError, match="MCP server 'nope' is not configured"):
         specs_for_modules(["mcp:nope"], extra)
+
+
+def test_loading_tool_modules_skips_mcp_entries() -> None:
+    # `keel run --tools mcp:git,tests.sample_tools` hands both to the worker and the session
+    assert load_tool_modules(["mcp:git", "tests.sample_tools"]) == ["tests.sample_tools"]
 
 
 # ----------------------------------------------------------------------------- start
