@@ -7,6 +7,7 @@ import contextvars
 import functools
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -32,6 +33,9 @@ from workflows.activity_options import (
 from workflows.boundary import merge_roles
 from workflows.contracts import PrefixRef, ToolSpec
 from workflows.messages import ContentBlock, Message
+
+if TYPE_CHECKING:
+    from activities.mcp.servers import McpServers
 
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
@@ -76,9 +80,10 @@ class _Progress:
 class ModelActivities:
     """The model activity, bound to the worker's conversation store."""
 
-    def __init__(self, store: ConversationStore) -> None:
-        """Use a store for conversation prefixes."""
+    def __init__(self, store: ConversationStore, mcp: McpServers | None = None) -> None:
+        """Use a store for conversation prefixes, and describe the MCP servers' tools too."""
         self.store = store
+        self.mcp = mcp
         # Tool specs by digest, validated once: a session sends the same digest every call.
         self._specs = functools.lru_cache(maxsize=256)(self._load_specs)
 
@@ -108,7 +113,8 @@ class ModelActivities:
         stored = self.store.extend(request.prefix, tail)
         described: list[ToolSpec] | None = None
         if request.describe_modules is not None:
-            tools = described = specs_for_modules(request.describe_modules)
+            extra = self.mcp.specs() if self.mcp is not None else ()
+            tools = described = specs_for_modules(request.describe_modules, extra)
             digest = self._put_specs(tools)
         elif request.tools_digest is not None:
             tools = self._specs(request.tools_digest)

@@ -15,14 +15,15 @@ import asyncio
 import contextvars
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.heartbeats import LoopHeartbeats
+from activities.mcp.config import McpTransportError
 from activities.store import ConversationStore
 from activities.tools import (
     RegisteredTool,
@@ -34,6 +35,9 @@ from activities.tools import (
 from workflows.activity_contracts import ToolQuestion, ToolRequest, ToolResponse
 from workflows.activity_options import TOOL_ACTIVITY
 from workflows.messages import ToolResult, ToolResultContent, error_result
+
+if TYPE_CHECKING:
+    from activities.mcp.servers import McpServers, McpTool
 
 __all__ = ["ToolActivities", "run_tool"]
 
@@ -51,9 +55,10 @@ class ToolActivities:
     carrying its content through workflow history a second time.
     """
 
-    def __init__(self, store: ConversationStore) -> None:
-        """Use a store for tool results."""
+    def __init__(self, store: ConversationStore, mcp: McpServers | None = None) -> None:
+        """Use a store for tool results; run the MCP servers' tools on ``mcp``."""
         self.store = store
+        self.mcp = mcp
 
     @activity.defn(name=TOOL_ACTIVITY)
     async def run(self, request: ToolRequest) -> ToolResponse:
@@ -66,7 +71,9 @@ class ToolActivities:
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await run_tool(request, keep=self._keep, keep_blocks=not self.store.inline_io)
+        return await run_tool(
+            request, keep=self._keep, keep_blocks=not self.store.inline_io, mcp=self.mcp
+        )
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
         """Store a tool's result; the response then names it by digest too."""
@@ -79,6 +86,7 @@ async def run_tool(
     request: ToolRequest,
     keep: Callable[[ToolResponse], ToolResponse] | None = None,
     keep_blocks: bool = True,
+    mcp: McpServers | None = None,
 ) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
@@ -89,32 +97,44 @@ async def run_tool(
             returned instead.
         keep_blocks: whether ``keep`` blocks, so that after an async tool it must run in a
             thread (after a sync tool it runs in the tool's thread anyway).
+        mcp: the worker's MCP servers; a tool of theirs is called on its server.
 
     Returns:
         The toolResult: ``success`` with the tool's output, or ``error`` with why it failed.
 
     Raises:
         asyncio.CancelledError: the activity was cancelled; the tool's task is cancelled too.
+        McpTransportError: an MCP tool's server could not be reached or its connection broke:
+            the attempt fails and Temporal retries it, on a new connection.
     """
     use = request.tool_use
-    entry = get_tool(use.name)
-    if entry is None:
-        known = ", ".join(sorted(registered_tools())) or "(no tools)"
-        return _error(use.toolUseId, f"unknown tool {use.name!r}; this session has: {known}")
-    try:
-        args = entry.input_model.model_validate(use.input)
-    except ValidationError as err:
-        return _error(use.toolUseId, f"invalid input for tool {use.name!r}: {_compact(err)}")
-    kwargs = {field: getattr(args, field) for field in type(args).model_fields}
-    ctx = ToolContext(
-        session_id=request.session_id,
-        tool_use_id=use.toolUseId,
-        idempotency_key=request.idempotency_key,
-        answers=request.answers,
-    )
+    remote = mcp.get(use.name) if mcp is not None else None
+    job: Awaitable[ToolResponse]
+    if remote is not None:
+        assert mcp is not None
+        if not isinstance(use.input, dict):
+            return _error(use.toolUseId, f"invalid input for tool {use.name!r}: not an object")
+        job = _invoke_mcp(mcp, remote, request, keep, keep_blocks)
+    else:
+        entry = get_tool(use.name)
+        if entry is None:
+            known = ", ".join(sorted([*registered_tools(), *_mcp_names(mcp)])) or "(no tools)"
+            return _error(use.toolUseId, f"unknown tool {use.name!r}; this session has: {known}")
+        try:
+            args = entry.input_model.model_validate(use.input)
+        except ValidationError as err:
+            return _error(use.toolUseId, f"invalid input for tool {use.name!r}: {_compact(err)}")
+        kwargs = {field: getattr(args, field) for field in type(args).model_fields}
+        ctx = ToolContext(
+            session_id=request.session_id,
+            tool_use_id=use.toolUseId,
+            idempotency_key=request.idempotency_key,
+            answers=request.answers,
+        )
+        finish = functools.partial(_finish, use.name, use.toolUseId, keep)
+        job = _invoke(entry, ctx, kwargs, finish, keep_blocks)
     timeout = request.timeout_s if request.timeout_s > 0 else None
-    finish = functools.partial(_finish, use.name, use.toolUseId, keep)
-    task = asyncio.ensure_future(_invoke(entry, ctx, kwargs, finish, keep_blocks))
+    task = asyncio.ensure_future(job)
     task.add_done_callback(_drain)
     heartbeats = LoopHeartbeats(_heartbeat_every_s(), _beat)
     try:
@@ -132,6 +152,9 @@ async def run_tool(
         return task.result()
     except _KeepFailed as failed:  # the store, not the tool: fail the attempt, Temporal retries
         raise failed.error from None
+    except McpTransportError as lost:  # the connection, not the tool: Temporal retries
+        activity.logger.warning("tool %r: %s", use.name, lost)
+        raise
     except ToolInterrupted as asked:
         activity.logger.info("tool %r asks %r", use.name, asked.name)
         return ToolResponse(
@@ -166,7 +189,15 @@ def _finish(
             tool_use_id,
             f"tool {name!r} returned a value that is not JSON-serialisable: {type(value).__name__}",
         )
-    response = ToolResponse(result=ToolResult(toolUseId=tool_use_id, content=content))
+    return _checked(name, keep, ToolResult(toolUseId=tool_use_id, content=content))
+
+
+def _checked(
+    name: str, keep: Callable[[ToolResponse], ToolResponse] | None, result: ToolResult
+) -> ToolResponse:
+    """The response for a tool's result: kept, or an error when it is over the size limit."""
+    tool_use_id = result.toolUseId
+    response = ToolResponse(result=result)
     size = len(response.model_dump_json())
     if size > MAX_RESULT_BYTES:
         return _error(
@@ -208,6 +239,36 @@ async def _invoke(
     # Copy the context so a sync tool can still call temporalio.activity functions.
     bound = functools.partial(contextvars.copy_context().run, call)
     return await asyncio.get_running_loop().run_in_executor(_sync_executor(), bound)
+
+
+async def _invoke_mcp(
+    mcp: McpServers,
+    tool: McpTool,
+    request: ToolRequest,
+    keep: Callable[[ToolResponse], ToolResponse] | None,
+    keep_blocks: bool,
+) -> ToolResponse:
+    """Call an MCP tool on its server; its result (``isError`` an error one) is kept as usual.
+
+    A JSON-RPC error from the server is a tool failure (an error result, by ``run_tool``);
+    a broken connection raises ``McpTransportError``.
+    """
+    from activities.mcp.results import result_content
+
+    use = request.tool_use
+    answer = await mcp.call(tool, use.input, request.session_id, request.idempotency_key)
+    result = ToolResult(
+        toolUseId=use.toolUseId,
+        status="error" if answer.is_error else "success",
+        content=result_content(answer),
+    )
+    if not keep_blocks:
+        return _checked(use.name, keep, result)
+    return await asyncio.to_thread(_checked, use.name, keep, result)
+
+
+def _mcp_names(mcp: McpServers | None) -> list[str]:
+    return [] if mcp is None else [spec.name for spec in mcp.specs()]
 
 
 def _drain(task: asyncio.Future[Any]) -> None:

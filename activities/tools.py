@@ -26,6 +26,7 @@ from workflows.contracts import ToolSpec
 from workflows.tool_policies import policies_of
 
 __all__ = [
+    "MCP_MODULE_PREFIX",
     "RegisteredTool",
     "ToolContext",
     "ToolInterrupted",
@@ -39,6 +40,8 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# A session's tool_modules entry naming an MCP server's tools: ``mcp:<server name>``.
+MCP_MODULE_PREFIX = "mcp:"
 _NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION_RE = re.compile(
     r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters|"
@@ -197,7 +200,8 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     """Import tool modules by name, which registers their tools.
 
     Args:
-        names: dotted module names (``--tools`` values); blanks and repeats are ignored.
+        names: dotted module names (``--tools`` values); blanks and repeats are ignored, and
+            so are ``mcp:NAME`` entries (an MCP server's tools, not a module to import).
 
     Returns:
         The module names imported, in order, without blanks or repeats.
@@ -208,7 +212,7 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     loaded: list[str] = []
     for raw in names:
         module = raw.strip()
-        if not module or module in loaded:
+        if not module or module in loaded or module.startswith(MCP_MODULE_PREFIX):
             continue
         try:
             importlib.import_module(module)
@@ -224,22 +228,37 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
     return loaded
 
 
-def specs_for_modules(modules: Sequence[str]) -> list[ToolSpec]:
+def specs_for_modules(modules: Sequence[str], extra: Sequence[ToolSpec] = ()) -> list[ToolSpec]:
     """Specs of the tools defined in ``modules`` (or in a submodule of one of them).
 
     Args:
-        modules: module names a session may use; empty means every registered tool.
+        modules: module names a session may use, or ``mcp:NAME`` for the tools of an MCP
+            server; empty means every tool: every registered one, then every one of ``extra``.
+        extra: tools from elsewhere than ``@tool`` (the worker's MCP servers), whose ``module``
+            is ``mcp:NAME``.
 
     Returns:
         The tools' specs, in registration order, each once.
 
     Raises:
-        ToolModuleError: a requested module has no tools loaded on this worker.
+        ToolModuleError: a requested module has no tools loaded on this worker, or a
+            requested MCP server is not configured on it.
     """
     if not modules:
-        return [t.spec for t in _REGISTRY.values()]
+        return [*(t.spec for t in _REGISTRY.values()), *extra]
     chosen: dict[str, ToolSpec] = {}
     for module in modules:
+        if module.startswith(MCP_MODULE_PREFIX):
+            served = [spec for spec in extra if spec.module == module]
+            if not served:
+                name = module[len(MCP_MODULE_PREFIX) :]
+                raise ToolModuleError(
+                    f"MCP server {name!r} is not configured on this worker, or offers no tools "
+                    f"(start it with --mcp {name}=COMMAND_OR_URL)"
+                )
+            for spec in served:
+                chosen.setdefault(spec.name, spec)
+            continue
         found = _tools_of(module)
         if not found:
             raise ToolModuleError(

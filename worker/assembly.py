@@ -14,6 +14,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 from temporalio.worker import Interceptor, Worker
 
+from activities.mcp.config import McpServerConfig
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities
@@ -67,6 +68,7 @@ def build_worker(
     *,
     store: ConversationStore | None = None,
     tracer_provider: TracerProvider | None = None,
+    mcp_servers: Sequence[McpServerConfig] = (),
     **options: Any,
 ) -> Worker:
     """A worker running ``AgentSession`` and Keel's activities.
@@ -80,11 +82,15 @@ def build_worker(
             ``worker.telemetry.tracer_provider``): trace workflows and activities with
             temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
             spans. None: no tracing; log records still carry session, turn and cycle.
+        mcp_servers: MCP servers whose tools this worker offers (``activities.mcp``): the
+            worker connects to them when it starts running and closes them when it stops;
+            ``run()`` (or ``async with``) raises ``McpServerError`` when one does not start.
         **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``;
             ``workflow_runner`` replaces Keel's sandbox).
 
     Raises:
         ToolModuleError: a tool module cannot be imported.
+        McpConfigError: two MCP servers have the same name.
     """
     load_tool_modules(list(tool_modules))
     if store is None:
@@ -98,11 +104,17 @@ def build_worker(
         *_tracing_interceptors(tracer_provider),
         *options.get("interceptors", ()),
     ]
+    mcp = None
+    if mcp_servers:
+        from activities.mcp.servers import McpServers  # the MCP SDK only when servers are given
+
+        mcp = McpServers(mcp_servers)
+        options["plugins"] = [*options.get("plugins", ()), mcp.plugin()]
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentSession],
-        activities=[ModelActivities(store).converse, ToolActivities(store).run],
+        activities=[ModelActivities(store, mcp).converse, ToolActivities(store, mcp).run],
         **options,
     )
 
