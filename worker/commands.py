@@ -55,8 +55,36 @@ class UsageError(Exception):
     """Invalid input on the command line; exit 2 with this message."""
 
 
+# The ``keel run`` flag of each SessionConfig field, to name it when a value is invalid.
+_FLAGS = {
+    "model": "--model",
+    "system": "--system",
+    "tool_modules": "--tools",
+    "approval_tools": "--require-approval",
+    "approvers": "--approvers",
+    "approval_timeout_s": "--approval-timeout",
+    "max_cycles_per_turn": "--max-cycles",
+    "max_session_tokens": "--token-budget",
+}
+
+
 def _tool_modules(value: str | None) -> list[str]:
     return [m.strip() for m in (value or "").split(",") if m.strip()]
+
+
+def validation_summary(err: ValidationError, names: dict[str, str] | None = None) -> str:
+    """A pydantic error as one line: ``where: what`` for each problem, joined by ``;``.
+
+    Args:
+        err: the error.
+        names: how to name a field (a flag, say) instead of its path.
+    """
+    problems = []
+    for error in err.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        where = (names or {}).get(where, where)
+        problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+    return "; ".join(problems)
 
 
 def read_messages(path: str) -> list[Message]:
@@ -77,7 +105,9 @@ def read_messages(path: str) -> list[Message]:
         messages = TypeAdapter(list[Message]).validate_python(raw)
         normalise_history(messages)
     except ValidationError as err:
-        raise UsageError(f"--messages {path}: not a list of Converse messages: {err}") from err
+        raise UsageError(
+            f"--messages {path}: not a list of Converse messages: {validation_summary(err)}"
+        ) from err
     except InputRejected as err:
         raise UsageError(f"--messages {path}: {err}") from err
     return messages
@@ -98,7 +128,7 @@ def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionC
             max_session_tokens=args.token_budget,
         )
     except ValidationError as err:
-        raise UsageError(f"invalid session settings: {err}") from err
+        raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
 
 
 def _check_model(spec: str, *, local: bool) -> None:
@@ -153,7 +183,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 )
             modules = modules or (await keel.config(session)).tool_modules
         else:
-            config = _new_session_config(args, args.model or settings.model)
+            config = _new_session_config(args, model)
             _check_model(config.model, local=runtime.embedded)
         async with runtime.worker(modules):
             since = 0 if config is not None else await keel.event_count(session)

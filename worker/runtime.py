@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -82,8 +83,20 @@ async def connect_configured(
         )
         return client, address
     except RuntimeError as err:
-        hint = "" if settings.address else " (set TEMPORAL_ADDRESS, or run `keel dev`)"
-        raise TemporalUnreachable(f"cannot reach Temporal at {address}: {err}{hint}") from err
+        hint = (
+            "is the server there? (TEMPORAL_ADDRESS)"
+            if settings.address
+            else "set TEMPORAL_ADDRESS, or run `keel dev`"
+        )
+        raise TemporalUnreachable(
+            f"cannot reach Temporal at {address}: {_reason(err)}; {hint}"
+        ) from err
+
+
+def _reason(err: RuntimeError) -> str:
+    """The OS's words in temporalio's connection error (which quotes Rust's), else all of it."""
+    said = re.findall(r'message: "([^"]+)"', str(err))
+    return said[-1] if said else str(err)
 
 
 @asynccontextmanager
