@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.store import StoreError
 from activities.tools import ToolModuleError
 from worker.commands import (
+    START_A_WORKER,
     UsageError,
     cmd_cancel,
     cmd_decide,
@@ -38,12 +39,12 @@ from worker.commands import (
 from worker.console import EXIT_FAILED, EXIT_INVALID
 from worker.devserver import DevServerError
 from worker.runtime import TemporalUnreachable
-from worker.sessions import RequestRejected, SessionNotFound
+from worker.sessions import NoWorker, RequestRejected, SessionNotFound
 from worker.settings import ConfigError, Settings
 
 # Failures of the request itself: exit 2 with the reason.
 _INVALID = (UsageError, ConfigError, RequestRejected, SessionNotFound, ToolModuleError)
-# Failures of what the command needs (Temporal, the store): exit 1.
+# Failures of what the command needs (Temporal, a worker, the store): exit 1.
 _FAILED = (TemporalUnreachable, DevServerError, StoreError)
 
 
@@ -206,6 +207,8 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         return code
     except _INVALID as err:
         return _fail(EXIT_INVALID, str(err), verbose=args.verbose)
+    except NoWorker as err:
+        return _fail(EXIT_FAILED, f"{err}; {START_A_WORKER}", verbose=args.verbose)
     except _FAILED as err:
         return _fail(EXIT_FAILED, str(err), verbose=args.verbose)
     except RPCError as err:

@@ -41,7 +41,7 @@ from worker.devserver import DevServer
 from worker.follow import Follower
 from worker.runtime import Runtime, connect_configured, open_runtime
 from worker.sandbox import sandbox_runner
-from worker.sessions import KeelClient, RequestRejected
+from worker.sessions import KeelClient, RequestRejected, WorkerWait
 from worker.settings import Settings
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig, SessionState
@@ -55,6 +55,10 @@ class UsageError(Exception):
     """Invalid input on the command line; exit 2 with this message."""
 
 
+# What to do when no worker answers: said after each "no worker" line.
+START_A_WORKER = "start one with `keel worker` (or `keel dev`)"
+# How long a query may wait for a worker before ``keel show`` or ``keel pending`` gives up.
+QUERY_TIMEOUT_S = 10.0
 # The ``keel run`` flag of each SessionConfig field, to name it when a value is invalid.
 _FLAGS = {
     "model": "--model",
@@ -85,6 +89,31 @@ def validation_summary(err: ValidationError, names: dict[str, str] | None = None
         where = (names or {}).get(where, where)
         problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
     return "; ".join(problems)
+
+
+def say_waiting(wait: WorkerWait) -> None:
+    """Tell the person on stderr that a request waits for a worker."""
+    print(f"keel: {wait}; {START_A_WORKER}", file=sys.stderr, flush=True)
+
+
+def keel_client(runtime: Runtime, *, wait_for_worker: bool) -> KeelClient:
+    """The client of a command.
+
+    Args:
+        runtime: the command's Temporal.
+        wait_for_worker: when no worker answers, keep asking and say so on stderr now and
+            then (commands that follow a turn), instead of failing with ``NoWorker`` after
+            ``QUERY_TIMEOUT_S``.
+    """
+    settings = runtime.settings
+    return KeelClient(
+        runtime.client,
+        settings.task_queue,
+        open_store(settings.store),
+        query_timeout_s=QUERY_TIMEOUT_S,
+        wait_for_worker=wait_for_worker,
+        on_waiting=say_waiting if wait_for_worker else None,
+    )
 
 
 def read_messages(path: str) -> list[Message]:
@@ -174,9 +203,10 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if model:
         _check_model(model, local=False)  # before starting anything
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
+        keel = keel_client(runtime, wait_for_worker=True)
         config = None
         if await keel.exists(session):
+            await keel.check_open(session)
             if messages:
                 raise UsageError(
                     f"session {session!r} exists; --messages only imports into a new one"
@@ -185,7 +215,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             config = _new_session_config(args, model)
             _check_model(config.model, local=runtime.embedded)
-        async with runtime.worker(modules):
+        queue = await keel.session_task_queue(session)
+        async with runtime.worker(modules, task_queue=queue):
             since = 0 if config is not None else await keel.event_count(session)
             ack = await keel.prompt(session, prompt, config=config, messages=messages)
             out = _progress_out(args)
@@ -254,12 +285,32 @@ async def _finish_turn(
 
 
 @asynccontextmanager
-async def _existing_session(settings: Settings, session: str) -> AsyncIterator[KeelClient]:
-    """A client for an existing session, with a worker when the server is embedded."""
+async def _existing_session(
+    settings: Settings, session: str, *, writes: bool, wait_for_worker: bool
+) -> AsyncIterator[KeelClient]:
+    """A client for an existing session, with a worker when the server is embedded.
+
+    Args:
+        settings: process settings.
+        session: the session.
+        writes: the command changes the session, so it must still run.
+        wait_for_worker: the command follows the session: keep asking when no worker
+            answers, instead of failing.
+
+    Raises:
+        SessionNotFound: no such session.
+        SessionClosed: ``writes``, and the session has ended.
+        NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
+    """
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
+        keel = keel_client(runtime, wait_for_worker=wait_for_worker)
+        if writes:
+            await keel.check_open(session)
         config = await keel.config(session)
-        async with runtime.worker(config.tool_modules):
+        if not wait_for_worker and not runtime.embedded:
+            await keel.check_worker(session)
+        queue = await keel.session_task_queue(session)
+        async with runtime.worker(config.tool_modules, task_queue=queue):
             yield keel
 
 
@@ -321,7 +372,9 @@ async def _run_until_signalled(
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
         state = await keel.state(args.session)
     if args.json:
         print(json.dumps(show_json(state)))
@@ -342,7 +395,9 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     """``keel pending``: the interrupts a session waits on, and its running tools."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
         view = await keel.pending(args.session)
     if args.json:
         out = view.model_dump(mode="json", exclude={"interrupts"})
@@ -358,7 +413,7 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.cancel(args.session, args.reason)
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
@@ -366,7 +421,7 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.decide(
             args.session, args.id, args.decision, reason=args.reason, approver=_approver(args)
@@ -413,7 +468,9 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
         waiting = any(t.status == "interrupted" for t in state.turns)
         return waiting or all(t.status not in ("queued", "running") for t in state.turns)
 
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=True
+    ) as keel:
         follower = Follower(
             keel,
             args.session,
@@ -461,7 +518,7 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
     value = parse_answer(args.value)
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.respond(args.session, args.id, value, responder=_approver(args))
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
@@ -472,7 +529,7 @@ async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
     text = " ".join(args.text).strip()
     if not text:
         raise UsageError("the steering text is empty")
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         ack = await keel.steer(args.session, text)
     print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
     return EXIT_OK

@@ -37,12 +37,20 @@ class Runtime:
         return self.server is not None
 
     @asynccontextmanager
-    async def worker(self, tool_modules: Sequence[str] = ()) -> AsyncIterator[None]:
-        """Run an in-process worker while the block runs, when the server is embedded."""
+    async def worker(
+        self, tool_modules: Sequence[str] = (), *, task_queue: str | None = None
+    ) -> AsyncIterator[None]:
+        """Run an in-process worker while the block runs, when the server is embedded.
+
+        Args:
+            tool_modules: tool modules to load.
+            task_queue: the queue to poll (a session's own); default ``KEEL_TASK_QUEUE``.
+        """
         if self.server is None:
             yield
             return
-        async with build_worker(self.client, self.settings.task_queue, tool_modules):
+        queue = task_queue or self.settings.task_queue
+        async with build_worker(self.client, queue, tool_modules):
             yield
 
 
