@@ -33,6 +33,7 @@ from worker.console import (
     print_interrupts,
     print_sessions,
     print_turn,
+    print_where,
     render_block,
     sessions_json,
     show_json,
@@ -217,12 +218,20 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             _check_model(config.model, local=runtime.embedded)
         queue = await keel.session_task_queue(session)
         async with runtime.worker(modules, task_queue=queue):
-            since = 0 if config is not None else await keel.event_count(session)
-            ack = await keel.prompt(session, prompt, config=config, messages=messages)
-            out = _progress_out(args)
-            if out is not None and ack.queued_behind:
-                print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
-            return await _finish_turn(keel, session, ack.turn_id, since, args)
+            try:
+                since = 0 if config is not None else await keel.event_count(session)
+                ack = await keel.prompt(session, prompt, config=config, messages=messages)
+                out = _progress_out(args)
+                if out is not None and ack.queued_behind:
+                    print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
+                code = await _finish_turn(keel, session, ack.turn_id, since, args)
+            except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
+                if not args.json:
+                    print_where(session)
+                raise
+            if not args.json:
+                print_where(session)
+            return code
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:
