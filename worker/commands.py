@@ -40,6 +40,7 @@ from worker.console import (
 )
 from worker.devserver import DevServer
 from worker.follow import Follower
+from worker.paths import FILE_SPECS, local_path, sendable_model_spec
 from worker.runtime import Runtime, connect_configured, open_runtime
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, RequestRejected, WorkerWait
@@ -123,10 +124,11 @@ def read_messages(path: str) -> list[Message]:
     Raises:
         UsageError: naming the file and what is wrong with it.
     """
+    where = local_path(path)
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = json.loads(where.read_text(encoding="utf-8"))
     except OSError as err:
-        raise UsageError(f"--messages {path}: cannot read: {err.strerror or err}") from err
+        raise UsageError(f"--messages {path}: cannot read {where}: {err.strerror or err}") from err
     except json.JSONDecodeError as err:
         raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
     if isinstance(raw, dict) and "messages" in raw:
@@ -176,8 +178,8 @@ def _check_model(spec: str, *, local: bool) -> None:
         raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
     if not local:
         return
-    if prefix == "scripted" and not Path(rest).is_file():
-        raise UsageError(f"scripted model file {rest!r} not found")
+    if prefix == "scripted" and not local_path(rest).is_file():
+        raise UsageError(f"scripted model file {rest!r} not found (no file {local_path(rest)})")
     if prefix == "bedrock" and missing_aws_credentials():
         raise UsageError(
             "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
@@ -216,6 +218,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             config = _new_session_config(args, model)
             _check_model(config.model, local=runtime.embedded)
+            config = config.model_copy(update={"model": _sendable_model(config.model)})
         queue = await keel.session_task_queue(session)
         async with runtime.worker(modules, task_queue=queue):
             try:
@@ -232,6 +235,19 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             if not args.json:
                 print_where(session)
             return code
+
+
+def _sendable_model(spec: str) -> str:
+    """The model spec to send: its file resolved here, or as typed with a note on stderr."""
+    sendable = sendable_model_spec(spec)
+    provider, _, path = spec.partition(":")
+    if provider in FILE_SPECS and sendable == spec and not Path(path).expanduser().is_absolute():
+        print(
+            f"keel: note: {provider} model file {path!r} is not in {Path.cwd()}; sent as "
+            "typed, for the worker to read relative to its own working directory",
+            file=sys.stderr,
+        )
+    return sendable
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:

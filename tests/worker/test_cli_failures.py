@@ -428,7 +428,7 @@ MALFORMED: list[tuple[list[str], str]] = [
     ),
     (
         ["run", "--messages", "/no/such/file.json", "hi"],
-        "keel: --messages /no/such/file.json: cannot read",
+        "keel: --messages /no/such/file.json: cannot read /no/such/file.json: No such file",
     ),
     (["run", "--messages", "BAD_JSON", "hi"], "not valid JSON"),
     (["run", "--messages", "NOT_MESSAGES", "hi"], "not a list of Converse messages: 0.role:"),
