@@ -374,7 +374,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
         worker = build_worker(client, settings.task_queue, _tool_modules(args.tools))
         freeze_startup_heap()
-        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops")
+        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops", flush=True)
         await _run_until_signalled(worker.run, worker.shutdown)
     return EXIT_OK
 

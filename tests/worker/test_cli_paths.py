@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,11 +49,10 @@ def dev_elsewhere(tmp_path: Path) -> Iterator[dict[str, str]]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (home / "server.json").exists():
-            assert dev.poll() is None, dev.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        # keel dev prints where Temporal is once its server and worker are up
+        ready, _, _ = select.select([dev.stdout], [], [], 60)
+        assert ready and dev.stdout is not None, "keel dev did not start"
+        assert "Temporal at" in dev.stdout.readline(), dev.communicate(timeout=10)
         yield keel_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", KEEL_HOME=str(home))
     finally:
         dev.send_signal(signal.SIGINT)
