@@ -23,7 +23,6 @@ from activities.store import StoreError
 from activities.tools import ToolModuleError
 from worker.commands import (
     START_A_WORKER,
-    UsageError,
     cmd_cancel,
     cmd_decide,
     cmd_dev,
@@ -38,6 +37,7 @@ from worker.commands import (
 )
 from worker.console import EXIT_FAILED, EXIT_INVALID
 from worker.devserver import DevServerError
+from worker.run_inputs import UsageError
 from worker.runtime import TemporalUnreachable
 from worker.sessions import NoWorker, RequestRejected, SessionNotFound
 from worker.settings import ConfigError, Settings

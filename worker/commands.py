@@ -14,13 +14,10 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
 from temporalio.worker import Worker
 
-from activities.models import PROVIDERS
 from activities.store import open_store
 from worker.assembly import build_worker, freeze_startup_heap
 from worker.console import (
@@ -40,57 +37,28 @@ from worker.console import (
 )
 from worker.devserver import DevServer
 from worker.follow import Follower
-from worker.paths import FILE_SPECS, local_path, sendable_model_spec
+from worker.run_inputs import (
+    UsageError,
+    check_model,
+    new_session_config,
+    read_messages,
+    sendable_model,
+    tool_modules,
+)
 from worker.runtime import Runtime, connect_configured, open_runtime
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, RequestRejected, WorkerWait
 from worker.settings import Settings
-from workflows.boundary import InputRejected, normalise_history
-from workflows.contracts import SessionConfig, SessionState
-from workflows.messages import Message
+from workflows.contracts import SessionState
 from workflows.session import AgentSession
 
 logger = logging.getLogger("keel")
-
-
-class UsageError(Exception):
-    """Invalid input on the command line; exit 2 with this message."""
 
 
 # What to do when no worker answers: said after each "no worker" line.
 START_A_WORKER = "start one with `keel worker` (or `keel dev`)"
 # How long a query may wait for a worker before ``keel show`` or ``keel pending`` gives up.
 QUERY_TIMEOUT_S = 10.0
-# The ``keel run`` flag of each SessionConfig field, to name it when a value is invalid.
-_FLAGS = {
-    "model": "--model",
-    "system": "--system",
-    "tool_modules": "--tools",
-    "approval_tools": "--require-approval",
-    "approvers": "--approvers",
-    "approval_timeout_s": "--approval-timeout",
-    "max_cycles_per_turn": "--max-cycles",
-    "max_session_tokens": "--token-budget",
-}
-
-
-def _tool_modules(value: str | None) -> list[str]:
-    return [m.strip() for m in (value or "").split(",") if m.strip()]
-
-
-def validation_summary(err: ValidationError, names: dict[str, str] | None = None) -> str:
-    """A pydantic error as one line: ``where: what`` for each problem, joined by ``;``.
-
-    Args:
-        err: the error.
-        names: how to name a field (a flag, say) instead of its path.
-    """
-    problems = []
-    for error in err.errors():
-        where = ".".join(str(part) for part in error["loc"])
-        where = (names or {}).get(where, where)
-        problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
-    return "; ".join(problems)
 
 
 def say_waiting(wait: WorkerWait) -> None:
@@ -118,93 +86,17 @@ def keel_client(runtime: Runtime, *, wait_for_worker: bool) -> KeelClient:
     )
 
 
-def read_messages(path: str) -> list[Message]:
-    """Read a conversation to import: a JSON list of messages or ``{"messages": [...]}``.
-
-    Raises:
-        UsageError: naming the file and what is wrong with it.
-    """
-    where = local_path(path)
-    try:
-        raw = json.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--messages {path}: cannot read {where}: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
-    if isinstance(raw, dict) and "messages" in raw:
-        raw = raw["messages"]
-    try:
-        messages = TypeAdapter(list[Message]).validate_python(raw)
-        normalise_history(messages)
-    except ValidationError as err:
-        raise UsageError(
-            f"--messages {path}: not a list of Converse messages: {validation_summary(err)}"
-        ) from err
-    except InputRejected as err:
-        raise UsageError(f"--messages {path}: {err}") from err
-    return messages
-
-
-def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionConfig:
-    if not model:
-        raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
-    try:
-        return SessionConfig(
-            model=model,
-            system=args.system,
-            tool_modules=_tool_modules(args.tools),
-            approval_tools=_tool_modules(args.require_approval),
-            approvers=_tool_modules(args.approvers),
-            approval_timeout_s=args.approval_timeout,
-            max_cycles_per_turn=args.max_cycles,
-            max_session_tokens=args.token_budget,
-        )
-    except ValidationError as err:
-        raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
-
-
-def _check_model(spec: str, *, local: bool) -> None:
-    """Refuse a model spec that cannot work, before a session is created.
-
-    The provider must exist. When this process runs the worker (embedded mode), also check
-    what the worker would find missing: the scripted file, or AWS credentials for Bedrock.
-
-    Raises:
-        UsageError: naming the problem and how to fix it.
-    """
-    prefix, sep, rest = spec.partition(":")
-    if not sep or prefix not in PROVIDERS:
-        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
-        raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
-    if not local:
-        return
-    if prefix == "scripted" and not local_path(rest).is_file():
-        raise UsageError(f"scripted model file {rest!r} not found (no file {local_path(rest)})")
-    if prefix == "bedrock" and missing_aws_credentials():
-        raise UsageError(
-            "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
-        )
-
-
-def missing_aws_credentials() -> bool:
-    """Whether boto3's standard chain finds no credentials here."""
-    import boto3  # type: ignore[import-untyped]  # only for bedrock: specs
-
-    return boto3.session.Session().get_credentials() is None
-
-
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """``keel run``: send a prompt, wait for the turn, print the result."""
     prompt = " ".join(args.prompt).strip()
     if not prompt:
         raise UsageError("the prompt is empty")
     messages = read_messages(args.messages) if args.messages else []
-    modules = _tool_modules(args.tools)
+    modules = tool_modules(args.tools)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
     model: str | None = args.model or settings.model
     if model:
-        _check_model(model, local=False)  # before starting anything
+        check_model(model, local=False)  # before starting anything
     async with open_runtime(settings) as runtime:
         keel = keel_client(runtime, wait_for_worker=True)
         config = None
@@ -216,9 +108,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 )
             modules = modules or (await keel.config(session)).tool_modules
         else:
-            config = _new_session_config(args, model)
-            _check_model(config.model, local=runtime.embedded)
-            config = config.model_copy(update={"model": _sendable_model(config.model)})
+            config = new_session_config(args, model)
+            check_model(config.model, local=runtime.embedded)
+            config = config.model_copy(update={"model": sendable_model(config.model)})
         queue = await keel.session_task_queue(session)
         async with runtime.worker(modules, task_queue=queue):
             try:
@@ -235,19 +127,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             if not args.json:
                 print_where(session)
             return code
-
-
-def _sendable_model(spec: str) -> str:
-    """The model spec to send: its file resolved here, or as typed with a note on stderr."""
-    sendable = sendable_model_spec(spec)
-    provider, _, path = spec.partition(":")
-    if provider in FILE_SPECS and sendable == spec and not Path(path).expanduser().is_absolute():
-        print(
-            f"keel: note: {provider} model file {path!r} is not in {Path.cwd()}; sent as "
-            "typed, for the worker to read relative to its own working directory",
-            file=sys.stderr,
-        )
-    return sendable
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:
@@ -362,7 +241,7 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         config = WorkerSettings.load(flags=flags)
-        await serve_worker(settings, config, _tool_modules(args.tools))
+        await serve_worker(settings, config, tool_modules(args.tools))
     except ConfigError as err:
         raise UsageError(str(err)) from err
     return EXIT_OK
@@ -372,7 +251,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
     async with DevServer(settings.home, port=args.port, ui=True) as server:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
-        worker = build_worker(client, settings.task_queue, _tool_modules(args.tools))
+        worker = build_worker(client, settings.task_queue, tool_modules(args.tools))
         freeze_startup_heap()
         print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops", flush=True)
         await _run_until_signalled(worker.run, worker.shutdown)
