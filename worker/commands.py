@@ -249,7 +249,9 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
-    async with DevServer(settings.home, port=args.port, ui=True) as server:
+    async with DevServer(
+        settings.home, port=args.port, ui=True, namespace=settings.namespace
+    ) as server:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
         worker = build_worker(client, settings.task_queue, tool_modules(args.tools))
         freeze_startup_heap()

@@ -1,11 +1,11 @@
 """Every ``keel`` command, wherever it goes wrong, answers in one line and the documented code.
 
-The situations: no Temporal reachable, a task queue no worker ever polled, a worker that ran
-and stopped, an unknown session, a closed session, malformed arguments. Exit codes (README,
-CLI): 1 failed (Temporal or a worker missing), 2 invalid input or rejected request, with the
-reason on stderr, and never a traceback. A command that follows a session (run, approve, deny,
-respond, steer, cancel, watch) waits for a worker instead: it says so on stderr within
-seconds, and Ctrl-C ends it (exit 130) without a traceback.
+The situations: no Temporal reachable, a namespace it does not have, a task queue no worker
+ever polled, a worker that ran and stopped, an unknown session, a closed session, malformed
+arguments. Exit codes (README, CLI): 1 failed (Temporal or a worker missing), 2 invalid input
+or rejected request, with the reason on stderr, and never a traceback. A command that follows
+a session (run, approve, deny, respond, steer, cancel, watch) waits for a worker instead: it
+says so on stderr within seconds, and Ctrl-C ends it (exit 130) without a traceback.
 """
 
 from __future__ import annotations
@@ -255,6 +255,26 @@ def test_dev_failures_exit_1_in_one_line(tmp_path: Path) -> None:
     line = one_line(broken)
     assert "exited with code 3 during startup (boom: bad flags)" in line
     assert line.endswith("(more with `keel -v`)")
+
+
+def test_unknown_namespace_exits_2_in_one_line(server_env: dict[str, str]) -> None:
+    env = {**server_env, "TEMPORAL_NAMESPACE": "no-such-namespace"}
+    calls = [on(name, "s1") for name in ON_A_SESSION]
+    calls += [["worker"], ["sessions"], ["run", "--model", "scripted:x.json", "hi"]]
+    address = server_env["TEMPORAL_ADDRESS"]
+    for args, done in zip(calls, keel_all(calls, env), strict=True):
+        assert done.returncode == 2, (args, done.stderr)
+        assert one_line(done) == (
+            f"keel: TEMPORAL_NAMESPACE: Temporal at {address} has no namespace 'no-such-namespace'"
+        ), args
+
+
+def test_the_embedded_server_serves_the_namespace_asked_for(tmp_path: Path) -> None:
+    env = keel_env(KEEL_HOME=str(tmp_path / "home"), TEMPORAL_NAMESPACE="keel-elsewhere")
+    model = write_script(tmp_path / "ns.json", [respond(text("in my namespace"))])
+    done = keel("run", "--json", "--model", model, "hi", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["message"]["content"] == [{"text": "in my namespace"}]
 
 
 # --- a task queue that no worker ever polled -----------------------------------------------
