@@ -6,14 +6,24 @@ Public surface::
 """
 
 from worker.assembly import build_worker, connect
-from worker.sessions import KeelClient, RequestRejected, SessionNotFound
+from worker.sessions import (
+    KeelClient,
+    NoWorker,
+    RequestRejected,
+    SessionClosed,
+    SessionNotFound,
+    WorkerWait,
+)
 from worker.settings import Settings
 
 __all__ = [
     "KeelClient",
+    "NoWorker",
     "RequestRejected",
+    "SessionClosed",
     "SessionNotFound",
     "Settings",
+    "WorkerWait",
     "build_worker",
     "connect",
 ]

@@ -1,7 +1,8 @@
 """The ``keel`` command line: argument parsing and the entry point.
 
 Exit codes: 0 completed, 3 waiting for a human, 1 failed, 2 invalid input or rejected request
-(the reason on stderr).
+(the reason on stderr). A failure is told in one line on stderr, ``keel: <what>``, never with
+a traceback; ``-v`` adds the traceback of an unexpected one, and the rest of a long message.
 """
 
 from __future__ import annotations
@@ -11,11 +12,17 @@ import asyncio
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
+from temporalio.exceptions import TemporalError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.store import StoreError
 from activities.tools import ToolModuleError
 from worker.commands import (
-    UsageError,
+    START_A_WORKER,
     cmd_cancel,
     cmd_decide,
     cmd_dev,
@@ -30,9 +37,23 @@ from worker.commands import (
 )
 from worker.console import EXIT_FAILED, EXIT_INVALID
 from worker.devserver import DevServerError
+from worker.run_inputs import UsageError
 from worker.runtime import TemporalUnreachable
-from worker.sessions import RequestRejected, SessionNotFound
+from worker.sessions import NoWorker, RequestRejected, SessionNotFound
 from worker.settings import ConfigError, Settings
+
+# Failures of the request itself: exit 2 with the reason.
+_INVALID = (UsageError, ConfigError, RequestRejected, SessionNotFound, ToolModuleError)
+# Failures of what the command needs (Temporal, a worker, the store): exit 1.
+_FAILED = (TemporalUnreachable, DevServerError, StoreError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that tells a mistake in one line: what is wrong, where to look."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``<prog>: <message> (see `<prog> --help`)`` on stderr and exit 2."""
+        self.exit(EXIT_INVALID, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
 def _waiting_flags(cmd: argparse.ArgumentParser) -> None:
@@ -52,7 +73,7 @@ def _waiting_flags(cmd: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``keel`` command."""
-    parser = argparse.ArgumentParser(prog="keel", description="Durable LLM agents on Temporal.")
+    parser = _Parser(prog="keel", description="Durable LLM agents on Temporal.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -184,14 +205,46 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = asyncio.run(args.handler(args, settings))
         return code
-    except (UsageError, ConfigError, RequestRejected, SessionNotFound, ToolModuleError) as err:
-        print(f"keel: {err}", file=sys.stderr)
-        return EXIT_INVALID
-    except (TemporalUnreachable, DevServerError) as err:
-        print(f"keel: {err}", file=sys.stderr)
-        return EXIT_FAILED
+    except _INVALID as err:
+        return _fail(EXIT_INVALID, str(err), verbose=args.verbose)
+    except NoWorker as err:
+        return _fail(EXIT_FAILED, f"{err}; {START_A_WORKER}", verbose=args.verbose)
+    except _FAILED as err:
+        return _fail(EXIT_FAILED, str(err), verbose=args.verbose)
+    except RPCError as err:
+        return _fail(EXIT_FAILED, _rpc_failure(err, settings), verbose=args.verbose)
+    except TemporalError as err:
+        return _fail(EXIT_FAILED, f"Temporal: {err}", verbose=args.verbose)
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # a bug: still one line, the traceback with -v
+        if args.verbose:
+            traceback.print_exc()
+        return _fail(
+            EXIT_FAILED,
+            f"unexpected error: {type(err).__name__}: {err} (run `keel -v ...` for details)",
+            verbose=args.verbose,
+        )
+
+
+def _fail(code: int, message: str, *, verbose: bool) -> int:
+    """Tell a failure on stderr in one line (all of it with ``-v``); returns ``code``."""
+    first, _, rest = message.strip().partition("\n")
+    if rest and verbose:
+        first = message.strip()
+    elif rest:
+        first += " (more with `keel -v`)"
+    print(f"keel: {first}", file=sys.stderr)
+    return code
+
+
+def _rpc_failure(err: RPCError, settings: Settings) -> str:
+    """What a Temporal error that Keel does not expect means, in words."""
+    if err.status == RPCStatusCode.UNAVAILABLE:
+        where = settings.address or "the Temporal server"
+        return f"lost the connection to Temporal at {where}: {err.message}"
+    status = err.status.name if err.status is not None else "error"
+    return f"Temporal answered {status}: {err.message}"
 
 
 def main() -> None:

@@ -14,13 +14,10 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from pydantic import TypeAdapter, ValidationError
 from temporalio.worker import Worker
 
-from activities.models import PROVIDERS
 from activities.store import open_store
 from worker.assembly import build_worker, freeze_startup_heap
 from worker.console import (
@@ -33,103 +30,60 @@ from worker.console import (
     print_interrupts,
     print_sessions,
     print_turn,
+    print_where,
     render_block,
     sessions_json,
     show_json,
 )
 from worker.devserver import DevServer
 from worker.follow import Follower
+from worker.run_inputs import (
+    UsageError,
+    check_model,
+    new_session_config,
+    read_messages,
+    sendable_model,
+    tool_modules,
+)
 from worker.runtime import Runtime, connect_configured, open_runtime
 from worker.sandbox import sandbox_runner
-from worker.sessions import KeelClient, RequestRejected
+from worker.sessions import KeelClient, RequestRejected, WorkerWait
 from worker.settings import Settings
-from workflows.boundary import InputRejected, normalise_history
-from workflows.contracts import SessionConfig, SessionState
-from workflows.messages import Message
+from workflows.contracts import SessionState
 from workflows.session import AgentSession
 
 logger = logging.getLogger("keel")
 
 
-class UsageError(Exception):
-    """Invalid input on the command line; exit 2 with this message."""
+# What to do when no worker answers: said after each "no worker" line.
+START_A_WORKER = "start one with `keel worker` (or `keel dev`)"
+# How long a query may wait for a worker before ``keel show`` or ``keel pending`` gives up.
+QUERY_TIMEOUT_S = 10.0
 
 
-def _tool_modules(value: str | None) -> list[str]:
-    return [m.strip() for m in (value or "").split(",") if m.strip()]
+def say_waiting(wait: WorkerWait) -> None:
+    """Tell the person on stderr that a request waits for a worker."""
+    print(f"keel: {wait}; {START_A_WORKER}", file=sys.stderr, flush=True)
 
 
-def read_messages(path: str) -> list[Message]:
-    """Read a conversation to import: a JSON list of messages or ``{"messages": [...]}``.
+def keel_client(runtime: Runtime, *, wait_for_worker: bool) -> KeelClient:
+    """The client of a command.
 
-    Raises:
-        UsageError: naming the file and what is wrong with it.
+    Args:
+        runtime: the command's Temporal.
+        wait_for_worker: when no worker answers, keep asking and say so on stderr now and
+            then (commands that follow a turn), instead of failing with ``NoWorker`` after
+            ``QUERY_TIMEOUT_S``.
     """
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--messages {path}: cannot read: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
-    if isinstance(raw, dict) and "messages" in raw:
-        raw = raw["messages"]
-    try:
-        messages = TypeAdapter(list[Message]).validate_python(raw)
-        normalise_history(messages)
-    except ValidationError as err:
-        raise UsageError(f"--messages {path}: not a list of Converse messages: {err}") from err
-    except InputRejected as err:
-        raise UsageError(f"--messages {path}: {err}") from err
-    return messages
-
-
-def _new_session_config(args: argparse.Namespace, model: str | None) -> SessionConfig:
-    if not model:
-        raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
-    try:
-        return SessionConfig(
-            model=model,
-            system=args.system,
-            tool_modules=_tool_modules(args.tools),
-            approval_tools=_tool_modules(args.require_approval),
-            approvers=_tool_modules(args.approvers),
-            approval_timeout_s=args.approval_timeout,
-            max_cycles_per_turn=args.max_cycles,
-            max_session_tokens=args.token_budget,
-        )
-    except ValidationError as err:
-        raise UsageError(f"invalid session settings: {err}") from err
-
-
-def _check_model(spec: str, *, local: bool) -> None:
-    """Refuse a model spec that cannot work, before a session is created.
-
-    The provider must exist. When this process runs the worker (embedded mode), also check
-    what the worker would find missing: the scripted file, or AWS credentials for Bedrock.
-
-    Raises:
-        UsageError: naming the problem and how to fix it.
-    """
-    prefix, sep, rest = spec.partition(":")
-    if not sep or prefix not in PROVIDERS:
-        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
-        raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
-    if not local:
-        return
-    if prefix == "scripted" and not Path(rest).is_file():
-        raise UsageError(f"scripted model file {rest!r} not found")
-    if prefix == "bedrock" and missing_aws_credentials():
-        raise UsageError(
-            "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
-        )
-
-
-def missing_aws_credentials() -> bool:
-    """Whether boto3's standard chain finds no credentials here."""
-    import boto3  # type: ignore[import-untyped]  # only for bedrock: specs
-
-    return boto3.session.Session().get_credentials() is None
+    settings = runtime.settings
+    return KeelClient(
+        runtime.client,
+        settings.task_queue,
+        open_store(settings.store),
+        query_timeout_s=QUERY_TIMEOUT_S,
+        wait_for_worker=wait_for_worker,
+        on_waiting=say_waiting if wait_for_worker else None,
+    )
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -138,30 +92,41 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if not prompt:
         raise UsageError("the prompt is empty")
     messages = read_messages(args.messages) if args.messages else []
-    modules = _tool_modules(args.tools)
+    modules = tool_modules(args.tools)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
     model: str | None = args.model or settings.model
     if model:
-        _check_model(model, local=False)  # before starting anything
+        check_model(model, local=False)  # before starting anything
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
+        keel = keel_client(runtime, wait_for_worker=True)
         config = None
         if await keel.exists(session):
+            await keel.check_open(session)
             if messages:
                 raise UsageError(
                     f"session {session!r} exists; --messages only imports into a new one"
                 )
             modules = modules or (await keel.config(session)).tool_modules
         else:
-            config = _new_session_config(args, args.model or settings.model)
-            _check_model(config.model, local=runtime.embedded)
-        async with runtime.worker(modules):
-            since = 0 if config is not None else await keel.event_count(session)
-            ack = await keel.prompt(session, prompt, config=config, messages=messages)
-            out = _progress_out(args)
-            if out is not None and ack.queued_behind:
-                print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
-            return await _finish_turn(keel, session, ack.turn_id, since, args)
+            config = new_session_config(args, model)
+            check_model(config.model, local=runtime.embedded)
+            config = config.model_copy(update={"model": sendable_model(config.model)})
+        queue = await keel.session_task_queue(session)
+        async with runtime.worker(modules, task_queue=queue):
+            try:
+                since = 0 if config is not None else await keel.event_count(session)
+                ack = await keel.prompt(session, prompt, config=config, messages=messages)
+                out = _progress_out(args)
+                if out is not None and ack.queued_behind:
+                    print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
+                code = await _finish_turn(keel, session, ack.turn_id, since, args)
+            except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
+                if not args.json:
+                    print_where(session)
+                raise
+            if not args.json:
+                print_where(session)
+            return code
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:
@@ -224,12 +189,32 @@ async def _finish_turn(
 
 
 @asynccontextmanager
-async def _existing_session(settings: Settings, session: str) -> AsyncIterator[KeelClient]:
-    """A client for an existing session, with a worker when the server is embedded."""
+async def _existing_session(
+    settings: Settings, session: str, *, writes: bool, wait_for_worker: bool
+) -> AsyncIterator[KeelClient]:
+    """A client for an existing session, with a worker when the server is embedded.
+
+    Args:
+        settings: process settings.
+        session: the session.
+        writes: the command changes the session, so it must still run.
+        wait_for_worker: the command follows the session: keep asking when no worker
+            answers, instead of failing.
+
+    Raises:
+        SessionNotFound: no such session.
+        SessionClosed: ``writes``, and the session has ended.
+        NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
+    """
     async with open_runtime(settings) as runtime:
-        keel = KeelClient(runtime.client, settings.task_queue, open_store(settings.store))
+        keel = keel_client(runtime, wait_for_worker=wait_for_worker)
+        if writes:
+            await keel.check_open(session)
         config = await keel.config(session)
-        async with runtime.worker(config.tool_modules):
+        if not wait_for_worker and not runtime.embedded:
+            await keel.check_worker(session)
+        queue = await keel.session_task_queue(session)
+        async with runtime.worker(config.tool_modules, task_queue=queue):
             yield keel
 
 
@@ -256,7 +241,7 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         config = WorkerSettings.load(flags=flags)
-        await serve_worker(settings, config, _tool_modules(args.tools))
+        await serve_worker(settings, config, tool_modules(args.tools))
     except ConfigError as err:
         raise UsageError(str(err)) from err
     return EXIT_OK
@@ -264,11 +249,13 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
-    async with DevServer(settings.home, port=args.port, ui=True) as server:
+    async with DevServer(
+        settings.home, port=args.port, ui=True, namespace=settings.namespace
+    ) as server:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
-        worker = build_worker(client, settings.task_queue, _tool_modules(args.tools))
+        worker = build_worker(client, settings.task_queue, tool_modules(args.tools))
         freeze_startup_heap()
-        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops")
+        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops", flush=True)
         await _run_until_signalled(worker.run, worker.shutdown)
     return EXIT_OK
 
@@ -291,7 +278,9 @@ async def _run_until_signalled(
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
         state = await keel.state(args.session)
     if args.json:
         print(json.dumps(show_json(state)))
@@ -312,7 +301,9 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     """``keel pending``: the interrupts a session waits on, and its running tools."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
         view = await keel.pending(args.session)
     if args.json:
         out = view.model_dump(mode="json", exclude={"interrupts"})
@@ -328,7 +319,7 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.cancel(args.session, args.reason)
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
@@ -336,7 +327,7 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.decide(
             args.session, args.id, args.decision, reason=args.reason, approver=_approver(args)
@@ -383,7 +374,9 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
         waiting = any(t.status == "awaiting_human" for t in state.turns)
         return waiting or all(t.status not in ("queued", "running") for t in state.turns)
 
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(
+        settings, args.session, writes=False, wait_for_worker=True
+    ) as keel:
         follower = Follower(
             keel,
             args.session,
@@ -431,7 +424,7 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
     value = parse_answer(args.value)
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.respond(args.session, args.id, value, responder=_approver(args))
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
@@ -442,7 +435,7 @@ async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
     text = " ".join(args.text).strip()
     if not text:
         raise UsageError("the steering text is empty")
-    async with _existing_session(settings, args.session) as keel:
+    async with _existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         ack = await keel.steer(args.session, text)
     print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
     return EXIT_OK

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import sys
 import threading
@@ -88,6 +89,20 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
                 file=sys.stderr,
             )
     return STATUS_EXIT.get(record.status, EXIT_FAILED)
+
+
+def print_where(session: str) -> None:
+    """Tell on stderr which session a turn ran in, and the commands that go on with it."""
+    quoted = shlex.quote(session)
+    commands = [
+        (f"keel run --session {quoted} PROMPT", "the next turn"),
+        (f"keel watch {quoted}", "follow it live"),
+        (f"keel show {quoted}", "the conversation and its usage"),
+    ]
+    width = max(len(command) for command, _ in commands)
+    print(f"session {session}; go on with:", file=sys.stderr)
+    for command, what in commands:
+        print(f"  {command.ljust(width)}  {what}", file=sys.stderr)
 
 
 def show_json(state: SessionState) -> dict[str, Any]:

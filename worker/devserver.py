@@ -364,16 +364,17 @@ class DevServer:
         last_error: BaseException | None = None
         while True:
             if process.returncode is not None:
+                tail = self._log_tail(log_offset)
                 raise DevServerError(
-                    f"Temporal dev server exited with code {process.returncode} during startup; "
-                    f"log {self.log_path}:\n{self._log_tail(log_offset)}"
+                    f"Temporal dev server exited with code {process.returncode} during startup "
+                    f"({_last_line(tail)}); log {self.log_path}\n{tail}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise DevServerError(
                     f"Temporal dev server at {self.address} not ready after "
                     f"{self.startup_timeout_s:g} s (last error: {last_error!r}); "
-                    f"log {self.log_path}:\n{self._log_tail(log_offset)}"
+                    f"log {self.log_path}\n{self._log_tail(log_offset)}"
                 )
             attempt_s = min(_CONNECT_ATTEMPT_S, remaining)
             try:
@@ -480,6 +481,12 @@ class DevServer:
                     os.kill(server_pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.lock_path.unlink()
+
+
+def _last_line(text: str) -> str:
+    """The last line of a log tail that says something."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
 
 
 def _alive(pid: int) -> bool:

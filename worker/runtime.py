@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
+import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
+from temporalio.service import RPCError, RPCStatusCode
 
 from worker.assembly import build_worker, connect
 from worker.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
-from worker.settings import ClientOptions, Settings
+from worker.settings import ClientOptions, ConfigError, Settings
 
 logger = logging.getLogger(__name__)
+
+
+_DESCRIBE_TIMEOUT = timedelta(seconds=10)
 
 
 class TemporalUnreachable(RuntimeError):
@@ -36,12 +43,20 @@ class Runtime:
         return self.server is not None
 
     @asynccontextmanager
-    async def worker(self, tool_modules: Sequence[str] = ()) -> AsyncIterator[None]:
-        """Run an in-process worker while the block runs, when the server is embedded."""
+    async def worker(
+        self, tool_modules: Sequence[str] = (), *, task_queue: str | None = None
+    ) -> AsyncIterator[None]:
+        """Run an in-process worker while the block runs, when the server is embedded.
+
+        Args:
+            tool_modules: tool modules to load.
+            task_queue: the queue to poll (a session's own); default ``KEEL_TASK_QUEUE``.
+        """
         if self.server is None:
             yield
             return
-        async with build_worker(self.client, self.settings.task_queue, tool_modules):
+        queue = task_queue or self.settings.task_queue
+        async with build_worker(self.client, queue, tool_modules):
             yield
 
 
@@ -66,7 +81,7 @@ async def connect_configured(
         runtime: the temporalio runtime for the client (SDK metrics); default the global one.
 
     Raises:
-        UsageError: an invalid connection setting.
+        ConfigError: an invalid connection setting, or a namespace the server does not have.
         TemporalUnreachable: naming the address and what went wrong.
     """
     address = settings.address or DEFAULT_ADDRESS
@@ -80,10 +95,43 @@ async def connect_configured(
             rpc_metadata=options.rpc_metadata,
             runtime=runtime,
         )
-        return client, address
     except RuntimeError as err:
-        hint = "" if settings.address else " (set TEMPORAL_ADDRESS, or run `keel dev`)"
-        raise TemporalUnreachable(f"cannot reach Temporal at {address}: {err}{hint}") from err
+        hint = (
+            "is the server there? (TEMPORAL_ADDRESS)"
+            if settings.address
+            else "set TEMPORAL_ADDRESS, or run `keel dev`"
+        )
+        raise TemporalUnreachable(
+            f"cannot reach Temporal at {address}: {_reason(err)}; {hint}"
+        ) from err
+    await check_namespace(client, address)
+    return client, address
+
+
+async def check_namespace(client: Client, address: str) -> None:
+    """Make sure the server has the client's namespace.
+
+    Without this, a mistyped ``TEMPORAL_NAMESPACE`` shows much later, as a session that is
+    not found. A server that does not let the client describe its namespace is trusted.
+
+    Raises:
+        ConfigError: the server has no such namespace.
+    """
+    request = wsv1.DescribeNamespaceRequest(namespace=client.namespace)
+    try:
+        await client.workflow_service.describe_namespace(request, timeout=_DESCRIBE_TIMEOUT)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ConfigError(
+                f"TEMPORAL_NAMESPACE: Temporal at {address} has no namespace {client.namespace!r}"
+            ) from err
+        logger.info("cannot describe namespace %s: %s", client.namespace, err)
+
+
+def _reason(err: RuntimeError) -> str:
+    """The OS's words in temporalio's connection error (which quotes Rust's), else all of it."""
+    said = re.findall(r'message: "([^"]+)"', str(err))
+    return said[-1] if said else str(err)
 
 
 @asynccontextmanager
@@ -104,7 +152,7 @@ async def open_runtime(settings: Settings, *, embed: bool = True) -> AsyncIterat
         client, address = await connect_configured(settings)
         yield Runtime(client=client, address=address, settings=settings)
         return
-    async with DevServer(settings.home, ui=False) as server:
+    async with DevServer(settings.home, ui=False, namespace=settings.namespace) as server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace)
         yield Runtime(client=client, address=server.address, settings=settings, server=server)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from temporalio.client import (
@@ -19,11 +20,19 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store import ConversationStore, StoreError
+from worker.calls import (
+    NoWorker,
+    RequestRejected,
+    SessionCalls,
+    SessionClosed,
+    SessionNotFound,
+    WorkerWait,
+    call_session,
+)
 from workflows.activity_options import MODEL_ACTIVITY
 from workflows.contracts import (
     Event,
@@ -48,24 +57,6 @@ POLL_MAX_S = 0.5
 LIVENESS_EVERY_S = 5.0
 # A query of a follower that takes longer is given up and retried on the next poll.
 FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-class RequestRejected(Exception):
-    """The session refused a request (a validator said no); nothing was written.
-
-    Attributes:
-        kind: the type of the session's error, e.g. ``"UnknownInterrupt"`` or
-            ``"InputRejected"``: what a caller can act on without reading the message.
-    """
-
-    def __init__(self, message: str, *, kind: str | None = None) -> None:
-        """The reason, as the session gave it, and its type."""
-        super().__init__(message)
-        self.kind = kind
-
-
-class SessionNotFound(Exception):
-    """No session with that id exists."""
 
 
 @dataclass(frozen=True)
@@ -112,19 +103,19 @@ class SessionSummary:
 
 T = TypeVar("T")
 
-
-async def call_session(session_id: str, call: Awaitable[T]) -> T:
-    """Await a call to a session, turning Temporal's errors into Keel's."""
-    try:
-        return await call
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        message = getattr(cause, "message", None) or str(cause or err)
-        raise RequestRejected(message, kind=getattr(cause, "type", None)) from err
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise SessionNotFound(f"no session {session_id!r}") from err
-        raise
+__all__ = [
+    "ENDED",
+    "SETTLED",
+    "ModelStream",
+    "NoWorker",
+    "RequestRejected",
+    "SessionClosed",
+    "SessionNotFound",
+    "SessionReader",
+    "SessionSummary",
+    "WorkerWait",
+    "call_session",
+]
 
 
 async def _history_of(session_id: str, events: AsyncIterator[T]) -> AsyncIterator[T]:
@@ -137,37 +128,45 @@ async def _history_of(session_id: str, events: AsyncIterator[T]) -> AsyncIterato
         raise
 
 
-class SessionReader:
+class SessionReader(SessionCalls):
     """Reads ``AgentSession`` workflows on one task queue: queries, history, visibility."""
 
     def __init__(
-        self, client: Client, task_queue: str, store: ConversationStore | None = None
+        self,
+        client: Client,
+        task_queue: str,
+        store: ConversationStore | None = None,
+        *,
+        query_timeout_s: float | None = None,
+        wait_for_worker: bool = False,
+        on_waiting: Callable[[WorkerWait], None] | None = None,
     ) -> None:
         """Wrap a client made by ``worker.assembly.connect``.
 
         Args:
             client: the Temporal client.
-            task_queue: the workers' task queue.
+            task_queue: the workers' task queue (of new sessions, and of listings).
             store: the workers' conversation store, to read messages of earlier runs (after
                 continue-as-new) for ``state``; without it, ``state`` of such a session fails.
+            query_timeout_s: how long a query may wait for a worker to answer (default:
+                as long as Temporal lets it).
+            wait_for_worker: when a query finds no worker to answer it, ask again until one
+                does, instead of raising ``NoWorker``.
+            on_waiting: called with a ``WorkerWait`` when a query or an update has had no
+                worker's answer for 3 s, then every 30 s while it waits.
         """
-        self.client = client
-        self.task_queue = task_queue
+        super().__init__(
+            client,
+            task_queue,
+            query_timeout_s=query_timeout_s,
+            wait_for_worker=wait_for_worker,
+            on_waiting=on_waiting,
+        )
         self.store = store
 
     def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
         """The workflow handle of a session."""
         return self.client.get_workflow_handle_for(AgentSession.run, session_id)
-
-    async def exists(self, session_id: str) -> bool:
-        """Whether a session with this id exists (running or not)."""
-        try:
-            await self.client.get_workflow_handle(session_id).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return False
-            raise
-        return True
 
     async def config(self, session_id: str) -> SessionConfig:
         """The configuration a session was started with, read from its history.
@@ -188,8 +187,11 @@ class SessionReader:
 
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record."""
-        return await call_session(
-            session_id, self.handle(session_id).query(AgentSession.turn, turn_id)
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
+            ),
         )
 
     async def state(
@@ -201,8 +203,11 @@ class SessionReader:
             StoreError: a message of an earlier run cannot be read from the store.
         """
         query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state = await call_session(
-            session_id, self.handle(session_id).query(AgentSession.state, query)
+        state = await self._ask(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.state, query, rpc_timeout=self.query_timeout
+            ),
         )
         if include_messages and state.base is not None:
             if self.store is None:
@@ -216,7 +221,12 @@ class SessionReader:
 
     async def pending(self, session_id: str) -> PendingView:
         """What the running turn holds outside the conversation."""
-        return await call_session(session_id, self.handle(session_id).query(AgentSession.pending))
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.pending, rpc_timeout=self.query_timeout
+            ),
+        )
 
     async def event_count(self, session_id: str) -> int:
         """How many events the session's log holds; the ``since`` to follow only new ones."""
@@ -252,12 +262,13 @@ class SessionReader:
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         failing = False
+        timeout = self.query_timeout or FOLLOW_QUERY_TIMEOUT
         while True:
             query = StateQuery(events_since=since, include_messages=False)
             try:
-                state = await call_session(
+                state = await self._ask(
                     session_id,
-                    handle.query(AgentSession.state, query, rpc_timeout=FOLLOW_QUERY_TIMEOUT),
+                    partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
                 )
             except (RPCError, WorkflowQueryFailedError) as err:
                 if not failing:
@@ -318,7 +329,7 @@ class SessionReader:
             SessionNotFound: no such session.
         """
         handle = self.client.get_workflow_handle(session_id)
-        description = await call_session(session_id, handle.describe())
+        description = await self._call(session_id, handle.describe())
         for pending in description.raw_description.pending_activities:
             if pending.activity_type.name != MODEL_ACTIVITY:
                 continue

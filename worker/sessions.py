@@ -19,11 +19,13 @@ from worker.session_reads import (
     POLL_START_S,
     SETTLED,
     ModelStream,
+    NoWorker,
     RequestRejected,
+    SessionClosed,
     SessionNotFound,
     SessionReader,
     SessionSummary,
-    call_session,
+    WorkerWait,
 )
 from workflows.approvals import UnknownInterrupt
 from workflows.boundary import InputRejected, validate_prompt
@@ -52,9 +54,12 @@ __all__ = [
     "SETTLED",
     "KeelClient",
     "ModelStream",
+    "NoWorker",
     "RequestRejected",
+    "SessionClosed",
     "SessionNotFound",
     "SessionSummary",
+    "WorkerWait",
 ]
 
 
@@ -116,8 +121,10 @@ class KeelClient(SessionReader):
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
         if config is None:
-            return await call_session(
-                session_id, self.handle(session_id).execute_update(AgentSession.prompt, update)
+            return await self._ask(
+                session_id,
+                lambda: self.handle(session_id).execute_update(AgentSession.prompt, update),
+                query=False,
             )
         start = WithStartWorkflowOperation(
             AgentSession.run,
@@ -127,13 +134,14 @@ class KeelClient(SessionReader):
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         try:
-            return await call_session(
+            return await self._ask(
                 session_id,
-                self.client.execute_update_with_start_workflow(
+                lambda: self.client.execute_update_with_start_workflow(
                     AgentSession.prompt, update, start_workflow_operation=start
                 ),
+                query=False,
             )
-        except Exception:
+        except BaseException:  # a cancelled caller too: the handle may hold an error still
             await _collect_start_error(start)
             raise
 
@@ -192,8 +200,10 @@ class KeelClient(SessionReader):
             RequestRejected: no turn is running.
         """
         update = CancelInput(reason=reason)
-        return await call_session(
-            session_id, self.handle(session_id).execute_update(AgentSession.cancel, update)
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).execute_update(AgentSession.cancel, update),
+            query=False,
         )
 
     async def decide(
@@ -215,8 +225,10 @@ class KeelClient(SessionReader):
             interrupt_id=interrupt_id, decision=decision, reason=reason, approver=approver
         )
         return await _settling(
-            lambda: call_session(
-                session_id, self.handle(session_id).execute_update(AgentSession.decide, update)
+            lambda: self._ask(
+                session_id,
+                lambda: self.handle(session_id).execute_update(AgentSession.decide, update),
+                query=False,
             )
         )
 
@@ -231,8 +243,10 @@ class KeelClient(SessionReader):
         """
         update = Answer(interrupt_id=interrupt_id, value=value, responder=responder)
         return await _settling(
-            lambda: call_session(
-                session_id, self.handle(session_id).execute_update(AgentSession.respond, update)
+            lambda: self._ask(
+                session_id,
+                lambda: self.handle(session_id).execute_update(AgentSession.respond, update),
+                query=False,
             )
         )
 
@@ -243,13 +257,15 @@ class KeelClient(SessionReader):
             RequestRejected: no turn is running, or the text is empty.
         """
         update = SteerInput(text=text)
-        return await call_session(
-            session_id, self.handle(session_id).execute_update(AgentSession.steer, update)
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).execute_update(AgentSession.steer, update),
+            query=False,
         )
 
     async def close(self, session_id: str, reason: str = "closed by user") -> None:
         """Ask the session to finish its queued turns and end."""
-        await call_session(
+        await self._call(
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
         )

@@ -1,41 +1,18 @@
-"""Helpers and fixtures for driving the ``keel`` CLI as a user does: separate processes."""
+"""Fixtures for driving the ``keel`` CLI as a user does: a server, a worker process."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def keel_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEL_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def keel(
-    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.conftest import keel, keel_env
 
 
 def test_run_json_two_cycle_turn_with_tool_module(
@@ -118,7 +118,10 @@ def test_invalid_input_exits_2_with_reason(server_env: dict[str, str], tmp_path:
         (["run", "--session", f"new-{uuid.uuid4().hex[:6]}", "hi"], "no model"),
         (["show", f"nosuch-{uuid.uuid4().hex[:6]}"], "no session"),
         (["worker", "--tools", "no_such_module_xyz"], "could not be imported"),
-        (["run", "--model", "scripted:x.json", "--max-cycles", "0", "hi"], "max_cycles_per_turn"),
+        (
+            ["run", "--model", "scripted:x.json", "--max-cycles", "0", "hi"],
+            "--max-cycles: Input should be greater than 0",
+        ),
     ]
     for args, reason in cases:
         done = keel(*args, env=server_env)

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from tests.worker.conftest import ROOT, keel, keel_env
 
 
 def test_unknown_model_spec(server_env: dict[str, str]) -> None:

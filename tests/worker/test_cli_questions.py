@@ -7,8 +7,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from tests.helpers.cli import keel
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.conftest import keel
 from tests.worker.test_cli_watch import Terminal
 
 

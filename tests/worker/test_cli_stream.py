@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from tests.worker.conftest import ROOT, keel_env
+from tests.helpers.cli import ROOT, keel_env
 from worker.follow import StreamedText, event_line, progress_line
 from worker.sandbox import sandbox_runner
 from worker.sessions import KeelClient, ModelStream

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.cli import ROOT, keel
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.conftest import ROOT, keel
 
 TWO_CYCLE_TYPES = [
     "prompt_queued",
@@ -172,7 +172,7 @@ def test_run_progress_on_stderr_answer_on_stdout(
     done = keel(*run_args(session_id(), add_script(tmp_path)), "--progress", "add", env=server_env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "2 + 3 = 5\n"
-    progress = done.stderr.splitlines()
+    progress, _, where = done.stderr.partition("\nsession ")
     expected = [
         "model call 1 -> tool_use (5 in / 5 out tokens)",
         "tool add started",
@@ -180,7 +180,8 @@ def test_run_progress_on_stderr_answer_on_stdout(
         "model call 2 -> end_turn (7 in / 7 out tokens)",
         "turn 1 completed (end_turn)",
     ]
-    assert progress == expected, progress
+    assert progress.splitlines() == expected, progress
+    assert "; go on with:" in where  # then which session it was, and how to go on
 
     # --json alone: exactly one JSON line on stdout and nothing on stderr (not a terminal)
     quiet = keel(*run_args(session_id(), add_script(tmp_path)), "--json", "add", env=server_env)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.conftest import ROOT, keel, keel_env
 from worker.devserver import DevServer, DevServerError
 
 

@@ -21,8 +21,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
+from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.conftest import ROOT, keel_env
 from worker.sessions import KeelClient
 from workflows.activity_options import TOOL_ACTIVITY
 from workflows.contracts import SessionConfig

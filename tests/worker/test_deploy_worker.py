@@ -26,9 +26,9 @@ from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
 from activities.store import open_store
+from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from tests.worker.conftest import ROOT, keel, keel_env
 from worker.sessions import KeelClient
 from worker.settings import ConfigError, Settings, WorkerSettings
 from workflows.contracts import SessionConfig

@@ -19,9 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.store import StoreMissing, open_store
 from activities.store import s3 as s3_backend
+from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port, run_histories
-from tests.worker.conftest import ROOT, keel_env
 from worker.sessions import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import Message

@@ -1,0 +1,32 @@
+"""Driving the ``keel`` CLI as a user does: in separate processes, with a user's environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def keel_env(**extra: str) -> dict[str, str]:
+    """This process's environment without Keel's and Temporal's settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "KEEL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def keel(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run ``keel ARGS`` to completion; its exit code, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,344 @@
+"""Requests to a session's workflow: Keel's errors for them, and the worker they need.
+
+Queries and updates of a session are answered by a worker polling the session's task queue,
+not by the Temporal server. With no worker there, Temporal keeps an update waiting for as long
+as the caller waits, and lets a query time out, or fails it with ``FAILED_PRECONDITION`` once no
+worker has polled the queue for a while. ``SessionCalls`` turns such a query failure into
+``NoWorker``, or asks again; while a request waits, it can report a ``WorkerWait`` now and then.
+``SessionReader`` and ``KeelClient`` build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+import temporalio.api.enums.v1 as enums
+import temporalio.api.taskqueue.v1 as taskqueue
+import temporalio.api.workflowservice.v1 as wsv1
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A request that a worker has not answered after this long is reported, then again every
+# NOTICE_EVERY_S seconds while it waits.
+NOTICE_AFTER_S = 3.0
+NOTICE_EVERY_S = 30.0
+# Pause before a query that found no worker is sent again.
+RETRY_PAUSE_S = 0.5
+# A live worker polls its task queue again within about a minute; an older last poll means gone.
+POLL_STALE_S = 70.0
+# How a query that no worker took ends: the caller's deadline or Temporal's passed first.
+_TIMED_OUT = frozenset({RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
+_DESCRIBE_TIMEOUT = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
+class Pollers:
+    """What Temporal says of the workers polling a task queue for workflow tasks.
+
+    Attributes:
+        task_queue: the task queue.
+        known: whether Temporal said (describing a task queue may be forbidden, or fail).
+        last_poll_s: seconds since a worker last polled; None when none has for minutes
+            (Temporal forgets a poller 5 minutes after its last poll).
+    """
+
+    task_queue: str
+    known: bool
+    last_poll_s: float | None
+
+    @property
+    def none(self) -> bool:
+        """Whether Temporal knows of no worker on the task queue."""
+        return self.known and self.last_poll_s is None
+
+    def __str__(self) -> str:
+        """What is known of the workers, as a phrase."""
+        queue = repr(self.task_queue)
+        if not self.known:
+            return f"no worker on task queue {queue} answers"
+        if self.last_poll_s is None:
+            return f"no worker is polling task queue {queue}"
+        return f"no worker on task queue {queue} answers (last poll {self.last_poll_s:.0f} s ago)"
+
+
+class RequestRejected(Exception):
+    """The session refused a request (a validator said no); nothing was written.
+
+    Attributes:
+        kind: the type of the session's error, e.g. ``"UnknownInterrupt"`` or
+            ``"InputRejected"``: what a caller can act on without reading the message.
+    """
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        """The reason, as the session gave it, and its type."""
+        super().__init__(message)
+        self.kind = kind
+
+
+class SessionNotFound(Exception):
+    """No session with that id exists."""
+
+
+class SessionClosed(RequestRejected):
+    """The session's workflow has ended: it takes no more prompts, decisions or guidance."""
+
+
+class NoWorker(Exception):
+    """A request to a session needs a worker on the session's task queue, and none answered.
+
+    Attributes:
+        session_id: the session.
+        workers: what Temporal says of the workers on the session's task queue.
+    """
+
+    def __init__(self, session_id: str, workers: Pollers, detail: str | None = None) -> None:
+        """Describe the missing worker; ``detail`` is what Temporal said, if it said anything."""
+        self.session_id = session_id
+        self.workers = workers
+        said = f" (Temporal: {detail})" if detail else ""
+        super().__init__(f"{workers}, so session {session_id!r} cannot answer{said}")
+
+
+@dataclass(frozen=True)
+class WorkerWait:
+    """A request to a session has had no worker's answer for a while.
+
+    Attributes:
+        session_id: the session.
+        waited_s: seconds since the request was sent.
+        workers: what Temporal says of the workers on the session's task queue.
+    """
+
+    session_id: str
+    waited_s: float
+    workers: Pollers
+
+    def __str__(self) -> str:
+        """One line for a person."""
+        return (
+            f"waiting for a worker on task queue {self.workers.task_queue!r} "
+            f"({self.waited_s:.0f} s so far; {self.workers})"
+        )
+
+
+async def pollers(client: Client, task_queue: str) -> Pollers:
+    """What Temporal says of the workers polling ``task_queue`` for workflow tasks."""
+    request = wsv1.DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=taskqueue.TaskQueue(
+            name=task_queue, kind=enums.TaskQueueKind.TASK_QUEUE_KIND_NORMAL
+        ),
+        task_queue_type=enums.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        response = await client.workflow_service.describe_task_queue(
+            request, timeout=_DESCRIBE_TIMEOUT
+        )
+    except RPCError as err:
+        logger.info("cannot describe task queue %s: %s", task_queue, err)
+        return Pollers(task_queue, known=False, last_poll_s=None)
+    polls = [
+        p.last_access_time.ToDatetime(tzinfo=UTC)
+        for p in response.pollers
+        if p.HasField("last_access_time")
+    ]
+    if not polls:
+        return Pollers(task_queue, known=True, last_poll_s=None)
+    last = max(0.0, (datetime.now(UTC) - max(polls)).total_seconds())
+    return Pollers(task_queue, known=True, last_poll_s=last)
+
+
+async def no_worker(
+    client: Client, session_id: str, task_queue: str, err: RPCError
+) -> NoWorker | None:
+    """What a failed query means: ``NoWorker``, or None when it failed for another reason.
+
+    A query that timed out found no worker to take it. ``FAILED_PRECONDITION`` is how Temporal
+    says no worker polled recently, but also how it refuses a query while the session's
+    workflow task fails; the task queue's pollers tell the two apart.
+    """
+    if err.status not in _TIMED_OUT and err.status != RPCStatusCode.FAILED_PRECONDITION:
+        return None
+    workers = await pollers(client, task_queue)
+    recent = workers.last_poll_s is not None and workers.last_poll_s < POLL_STALE_S
+    if err.status == RPCStatusCode.FAILED_PRECONDITION and recent:
+        return None
+    return NoWorker(session_id, workers, err.message)
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def call_session(session_id: str, call: Awaitable[T]) -> T:
+    """Await a call to a session, turning Temporal's errors into Keel's."""
+    try:
+        return await call
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        message = getattr(cause, "message", None) or str(cause or err)
+        raise RequestRejected(message, kind=getattr(cause, "type", None)) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise SessionNotFound(f"no session {session_id!r}") from err
+        raise
+
+
+class SessionCalls:
+    """Sends requests to sessions on one task queue, mapping Temporal's errors to Keel's."""
+
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        *,
+        query_timeout_s: float | None = None,
+        wait_for_worker: bool = False,
+        on_waiting: Callable[[WorkerWait], None] | None = None,
+    ) -> None:
+        """Wrap a client made by ``worker.assembly.connect``.
+
+        Args:
+            client: the Temporal client.
+            task_queue: the workers' task queue (of new sessions, and of listings).
+            query_timeout_s: how long a query may wait for a worker to answer (default:
+                as long as Temporal lets it).
+            wait_for_worker: when a query finds no worker to answer it, ask again until one
+                does, instead of raising ``NoWorker``.
+            on_waiting: called with a ``WorkerWait`` when a query or an update has had no
+                worker's answer for 3 s, then every 30 s while it waits.
+        """
+        self.client = client
+        self.task_queue = task_queue
+        self.query_timeout = (
+            timedelta(seconds=query_timeout_s) if query_timeout_s is not None else None
+        )
+        self.wait_for_worker = wait_for_worker
+        self.on_waiting = on_waiting
+        self._queues: dict[str, str] = {}
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a session with this id exists (running or not)."""
+        return await self.status(session_id) is not None
+
+    async def status(self, session_id: str) -> WorkflowExecutionStatus | None:
+        """The Temporal status of the session's workflow; None when there is no such session.
+
+        Needs no worker, unlike a query.
+        """
+        try:
+            description = await self.client.get_workflow_handle(session_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        self._queues[session_id] = description.task_queue
+        return description.status
+
+    async def session_task_queue(self, session_id: str) -> str:
+        """The task queue a session's workflow runs on (this client's for a new session)."""
+        if session_id not in self._queues:
+            with suppress(RPCError):
+                await self.status(session_id)
+        return self._queues.get(session_id, self.task_queue)
+
+    async def check_open(self, session_id: str) -> None:
+        """Make sure the session exists and its workflow still runs.
+
+        Raises:
+            SessionNotFound: no such session.
+            SessionClosed: the session has ended.
+        """
+        status = await self.status(session_id)
+        if status is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        if status != WorkflowExecutionStatus.RUNNING:
+            raise SessionClosed(
+                f"session {session_id!r} is closed ({status.name.lower()}): it takes no more "
+                "prompts, decisions or guidance; start a new session to go on"
+            )
+
+    async def check_worker(self, session_id: str) -> None:
+        """Fail at once when Temporal knows of no worker on the session's task queue.
+
+        Raises:
+            NoWorker: no worker has polled the task queue for minutes.
+        """
+        workers = await pollers(self.client, await self.session_task_queue(session_id))
+        if workers.none:
+            raise NoWorker(session_id, workers)
+
+    async def _call(self, session_id: str, call: Awaitable[T]) -> T:
+        """``call_session``, telling a closed session from a missing one."""
+        try:
+            return await call_session(session_id, call)
+        except SessionNotFound:
+            await self.check_open(session_id)
+            raise
+
+    async def _ask(
+        self, session_id: str, send: Callable[[], Awaitable[T]], *, query: bool = True
+    ) -> T:
+        """Send a query or update, which a worker must answer, and wait for the answer.
+
+        A query that no worker answers raises ``NoWorker``, or is sent again when
+        ``wait_for_worker`` is set. An update waits as long as Temporal keeps it. Meanwhile
+        ``on_waiting`` hears of the wait (see ``__init__``).
+
+        Raises:
+            NoWorker: no worker answered the query.
+            SessionNotFound: no such session.
+            SessionClosed: the session has ended (an update, or the query of a closed run).
+            RequestRejected: the session refused the update.
+        """
+        notices = asyncio.create_task(self._notices(session_id)) if self.on_waiting else None
+        try:
+            while True:
+                try:
+                    return await self._call(session_id, send())
+                except RPCError as err:
+                    if not query or _cancelling():
+                        raise
+                    queue = await self.session_task_queue(session_id)
+                    missing = await no_worker(self.client, session_id, queue, err)
+                    if missing is None:
+                        raise
+                    if not self.wait_for_worker:
+                        raise missing from err
+                    logger.info("%s; asking again", missing)
+                await asyncio.sleep(RETRY_PAUSE_S)
+        except Exception:
+            # temporalio reports an update cancelled by its caller as an error of its own;
+            # a caller cancelled (Ctrl-C) must see its cancellation.
+            if _cancelling():
+                raise asyncio.CancelledError from None
+            raise
+        finally:
+            if notices is not None:
+                notices.cancel()
+                with suppress(asyncio.CancelledError):
+                    await notices
+
+    async def _notices(self, session_id: str) -> None:
+        """Tell ``on_waiting`` of a request still unanswered, after 3 s, then every 30 s."""
+        assert self.on_waiting is not None
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        due = NOTICE_AFTER_S
+        while True:
+            await asyncio.sleep(max(0.0, sent + due - loop.time()))
+            workers = await pollers(self.client, await self.session_task_queue(session_id))
+            self.on_waiting(WorkerWait(session_id, loop.time() - sent, workers))
+            due += NOTICE_EVERY_S

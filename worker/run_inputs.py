@@ -1,0 +1,151 @@
+"""What ``keel run`` reads from the command line: the session's settings, model and history.
+
+Every problem found here is a ``UsageError``: exit 2, with the flag or file and what is wrong
+with it, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+
+from activities.models import PROVIDERS
+from worker.paths import FILE_SPECS, local_path, sendable_model_spec
+from workflows.boundary import InputRejected, normalise_history
+from workflows.contracts import SessionConfig
+from workflows.messages import Message
+
+
+class UsageError(Exception):
+    """Invalid input on the command line; exit 2 with this message."""
+
+
+# The ``keel run`` flag of each SessionConfig field, to name it when a value is invalid.
+_FLAGS = {
+    "model": "--model",
+    "system": "--system",
+    "tool_modules": "--tools",
+    "approval_tools": "--require-approval",
+    "approvers": "--approvers",
+    "approval_timeout_s": "--approval-timeout",
+    "max_cycles_per_turn": "--max-cycles",
+    "max_session_tokens": "--token-budget",
+}
+
+
+def tool_modules(value: str | None) -> list[str]:
+    """Module names from a comma-separated flag value."""
+    return [m.strip() for m in (value or "").split(",") if m.strip()]
+
+
+def validation_summary(err: ValidationError, names: dict[str, str] | None = None) -> str:
+    """A pydantic error as one line: ``where: what`` for each problem, joined by ``;``.
+
+    Args:
+        err: the error.
+        names: how to name a field (a flag, say) instead of its path.
+    """
+    problems = []
+    for error in err.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        where = (names or {}).get(where, where)
+        problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+    return "; ".join(problems)
+
+
+def read_messages(path: str) -> list[Message]:
+    """Read a conversation to import: a JSON list of messages or ``{"messages": [...]}``.
+
+    Raises:
+        UsageError: naming the file and what is wrong with it.
+    """
+    where = local_path(path)
+    try:
+        raw = json.loads(where.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--messages {path}: cannot read {where}: {err.strerror or err}") from err
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
+    if isinstance(raw, dict) and "messages" in raw:
+        raw = raw["messages"]
+    try:
+        messages = TypeAdapter(list[Message]).validate_python(raw)
+        normalise_history(messages)
+    except ValidationError as err:
+        raise UsageError(
+            f"--messages {path}: not a list of Converse messages: {validation_summary(err)}"
+        ) from err
+    except InputRejected as err:
+        raise UsageError(f"--messages {path}: {err}") from err
+    return messages
+
+
+def new_session_config(args: argparse.Namespace, model: str | None) -> SessionConfig:
+    """The configuration of a new session, from ``keel run``'s flags.
+
+    Raises:
+        UsageError: no model, or a flag's value is invalid (named by its flag).
+    """
+    if not model:
+        raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
+    try:
+        return SessionConfig(
+            model=model,
+            system=args.system,
+            tool_modules=tool_modules(args.tools),
+            approval_tools=tool_modules(args.require_approval),
+            approvers=tool_modules(args.approvers),
+            approval_timeout_s=args.approval_timeout,
+            max_cycles_per_turn=args.max_cycles,
+            max_session_tokens=args.token_budget,
+        )
+    except ValidationError as err:
+        raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def check_model(spec: str, *, local: bool) -> None:
+    """Refuse a model spec that cannot work, before a session is created.
+
+    The provider must exist. When this process runs the worker (embedded mode), also check
+    what the worker would find missing: the scripted file, or AWS credentials for Bedrock.
+
+    Raises:
+        UsageError: naming the problem and how to fix it.
+    """
+    prefix, sep, rest = spec.partition(":")
+    if not sep or prefix not in PROVIDERS:
+        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
+        raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
+    if not local:
+        return
+    if prefix == "scripted" and not local_path(rest).is_file():
+        raise UsageError(f"scripted model file {rest!r} not found (no file {local_path(rest)})")
+    if prefix == "bedrock" and missing_aws_credentials():
+        raise UsageError(
+            "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
+        )
+
+
+def missing_aws_credentials() -> bool:
+    """Whether boto3's standard chain finds no credentials here."""
+    import boto3  # type: ignore[import-untyped]  # only for bedrock: specs
+
+    return boto3.session.Session().get_credentials() is None
+
+
+def sendable_model(spec: str) -> str:
+    """The model spec to send: its file resolved here, or as typed with a note on stderr."""
+    sendable = sendable_model_spec(spec)
+    provider, _, path = spec.partition(":")
+    if provider in FILE_SPECS and sendable == spec and not Path(path).expanduser().is_absolute():
+        print(
+            f"keel: note: {provider} model file {path!r} is not in {Path.cwd()}; sent as "
+            "typed, for the worker to read relative to its own working directory",
+            file=sys.stderr,
+        )
+    return sendable
