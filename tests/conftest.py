@@ -21,8 +21,8 @@ from activities.store import ConversationStore, open_store
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server
-from worker.assembly import build_worker
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import build_worker
 from workflows import SessionConfig
 
 

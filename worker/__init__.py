@@ -1,12 +1,23 @@
-"""Process wiring: settings, the Temporal client and worker, the embedded dev server, the CLI.
+"""Process wiring: the client API, the worker process, the ``keel`` CLI, a Temporal server.
 
 Public surface::
 
-    from worker import connect, build_worker, KeelClient, Settings
+    from worker import KeelClient, connect          # talk to sessions
+    from worker import build_worker, Settings       # run a worker in your own process
+    from worker import RequestRejected, SessionNotFound, SessionClosed, NoWorker
+
+Rooms, one concern each:
+
+- ``worker.client``: ``KeelClient`` and the errors it raises (the Python API);
+- ``worker.process``: a worker process: assembly, serving, health, telemetry, tracing,
+  interceptors, the workflow sandbox;
+- ``worker.cli``: the ``keel`` command;
+- ``worker.server``: where a command's Temporal comes from: a configured server or the
+  embedded dev server;
+- ``worker.settings`` and ``worker.payloads`` (the data converter), shared by all of them.
 """
 
-from worker.assembly import build_worker, connect
-from worker.sessions import (
+from worker.client import (
     KeelClient,
     NoWorker,
     RequestRejected,
@@ -14,6 +25,7 @@ from worker.sessions import (
     SessionNotFound,
     WorkerWait,
 )
+from worker.process import build_worker, connect
 from worker.settings import Settings
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The MCP servers of one worker: connected at start, their tools offered beside ``@tool`` ones.
 
-``McpServers`` is what ``worker.assembly.build_worker(..., mcp_servers=...)`` makes. Its
+``McpServers`` is what ``worker.process.assembly.build_worker(..., mcp_servers=...)`` makes. Its
 ``running()`` context (entered by the worker through a temporalio plugin, around the worker's
 run) opens one connection per server, lists each server's tools and checks their names, and
 closes the connections when the worker stops. Inside it, the model activity describes the

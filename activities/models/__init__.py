@@ -29,6 +29,19 @@ PROVIDERS: dict[str, tuple[str, str]] = {
 }
 
 
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """Split a model spec ``<provider>:<model>`` into the provider's prefix and the rest.
+
+    Raises:
+        ModelError: the spec is malformed or names an unknown provider.
+    """
+    prefix, sep, rest = spec.partition(":")
+    if not sep or prefix not in PROVIDERS:
+        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
+        raise ModelError(f"unknown model spec {spec!r}; expected one of {known}")
+    return prefix, rest
+
+
 def resolve_model(spec: str) -> AnyModelProvider:
     """The provider for a model spec ``<provider>:<model>``.
 
@@ -36,12 +49,8 @@ def resolve_model(spec: str) -> AnyModelProvider:
         ModelError: the spec is malformed or names an unknown provider, or the provider
             rejects the model name.
     """
-    prefix, sep, rest = spec.partition(":")
-    entry = PROVIDERS.get(prefix) if sep else None
-    if entry is None:
-        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
-        raise ModelError(f"unknown model spec {spec!r}; expected one of {known}")
-    module, name = entry
+    prefix, rest = parse_model_spec(spec)
+    module, name = PROVIDERS[prefix]
     factory: Callable[[str], AnyModelProvider] = getattr(importlib.import_module(module), name)
     return factory(rest)
 
@@ -63,6 +72,7 @@ __all__ = [
     "ModelError",
     "ModelProvider",
     "is_async_provider",
+    "parse_model_spec",
     "provider_imported",
     "resolve_model",
 ]

@@ -22,8 +22,8 @@ from activities.store import open_store
 from activities.store.base import canonical_json
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server, run_histories
-from worker.assembly import build_worker
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import build_worker
 from workflows.contracts import SessionConfig
 
 RESULT_BYTES = 2048

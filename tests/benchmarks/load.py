@@ -43,9 +43,9 @@ from temporalio.client import Client
 from activities.store import ConversationStore, open_store
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
-from worker.assembly import build_worker
+from worker.client.keel_client import KeelClient
 from worker.payloads import DATA_CONVERTER
-from worker.sessions import KeelClient
+from worker.process.assembly import build_worker
 from workflows.contracts import SessionConfig
 from workflows.messages import Message, tool_uses
 

@@ -82,8 +82,8 @@ from tests.benchmarks.floor import FloorLoop
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import run_histories
-from worker.devserver import DevServer, terminate
 from worker.payloads import DATA_CONVERTER
+from worker.server.devserver import DevServer, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 # The stock dev server polls its transfer queue at most 20 times a second, so every workflow
@@ -388,7 +388,7 @@ class KeelSystem(System):
         await handle.signal("close", CloseInput(reason="benchmark"))
 
     def replayer(self) -> Replayer:
-        from worker.sandbox import sandbox_runner
+        from worker.process.sandbox import sandbox_runner
         from workflows.session import AgentSession
 
         return Replayer(

@@ -44,7 +44,7 @@ from temporalio.client import Client, WorkflowHistory
 from activities.store import open_store
 from tests.fault_tools import read_effects, read_runs
 from tests.helpers.scripts import write_script
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.activity_options import MODEL_HEARTBEAT, TOOL_ACTIVITY, TOOL_HEARTBEAT
 from workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
 from workflows.messages import Message, tool_uses

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.faults.harness import PROMPT, ROOT, Outcome, Run, respond, text, worker_env
-from worker.assembly import connect
-from worker.devserver import DevServer, DevServerError
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import connect
+from worker.server.devserver import DevServer, DevServerError
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from worker.health import HealthServer
+from worker.process.health import HealthServer
 from worker.settings import Settings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import signal
 
 from activities.mcp import parse_mcp_spec
 from activities.store import open_store
-from worker.assembly import build_worker, connect
+from worker.process.assembly import build_worker, connect
 from worker.settings import Settings
 
 

@@ -31,7 +31,7 @@ from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
 from worker.cli import build_parser
-from worker.devserver import find_temporal_cli
+from worker.server.devserver import find_temporal_cli
 
 # Every command the sweep covers; test_the_sweep_covers_every_command keeps it complete.
 COMMANDS = (

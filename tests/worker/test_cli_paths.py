@@ -15,7 +15,7 @@ import pytest
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import respond, text
 from tests.helpers.temporal import free_port
-from worker.paths import local_path, sendable_model_spec, sendable_path
+from worker.client.paths import local_path, sendable_model_spec, sendable_path
 
 
 def test_a_relative_path_is_sent_absolute_when_the_file_is_here(tmp_path: Path) -> None:

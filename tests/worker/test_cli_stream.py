@@ -21,9 +21,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.helpers.cli import ROOT, keel_env
-from worker.follow import StreamedText, event_line, progress_line
-from worker.sandbox import sandbox_runner
-from worker.sessions import KeelClient, ModelStream
+from worker.cli.follow import StreamedText, event_line, progress_line
+from worker.client.keel_client import KeelClient, ModelStream
+from worker.process.sandbox import sandbox_runner
 from workflows.activity_contracts import ModelRequest, ModelResponse
 from workflows.activity_options import MODEL_ACTIVITY
 from workflows.contracts import Event, SessionConfig, TurnRecord

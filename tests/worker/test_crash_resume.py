@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.devserver import DevServer, DevServerError
+from worker.server.devserver import DevServer, DevServerError
 
 
 def processes_mentioning(marker: str) -> list[int]:

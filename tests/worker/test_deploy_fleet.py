@@ -23,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.store import open_store
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.activity_options import TOOL_ACTIVITY
 from workflows.contracts import SessionConfig
 

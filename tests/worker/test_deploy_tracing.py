@@ -20,10 +20,10 @@ from temporalio.client import Client
 
 from activities.store import ConversationStore
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
-from worker.assembly import build_worker
-from worker.sessions import KeelClient
-from worker.telemetry import ContextFilter, JsonFormatter, TextFormatter
-from worker.tracing import tracer_provider, turn_span_ids
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import build_worker
+from worker.process.telemetry import ContextFilter, JsonFormatter, TextFormatter
+from worker.process.tracing import tracer_provider, turn_span_ids
 from workflows.contracts import SessionConfig
 
 

@@ -29,7 +29,7 @@ from activities.store import open_store
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from worker.settings import ConfigError, Settings, WorkerSettings
 from workflows.contracts import SessionConfig
 

@@ -9,8 +9,8 @@ import temporalio.api.workflowservice.v1 as wsv1
 from google.protobuf.duration_pb2 import Duration
 from temporalio.client import Client
 
-from worker import devserver
-from worker.devserver import (
+from worker.server import devserver
+from worker.server.devserver import (
     DevServer,
     DevServerError,
     address_reachable,

@@ -22,7 +22,7 @@ from activities.store import s3 as s3_backend
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port, run_histories
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import Message
 

@@ -12,9 +12,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.helpers.scripts import respond, text
-from worker import calls
-from worker.calls import NoWorker, WorkerWait, no_worker
-from worker.sessions import KeelClient, SessionClosed
+from worker.client import calls
+from worker.client.calls import NoWorker, WorkerWait, no_worker
+from worker.client.keel_client import KeelClient, SessionClosed
 from workflows.contracts import SessionConfig
 
 

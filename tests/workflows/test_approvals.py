@@ -14,7 +14,7 @@ from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
-from worker.sessions import KeelClient, RequestRejected, SessionNotFound
+from worker.client.keel_client import KeelClient, RequestRejected, SessionNotFound
 from workflows.contracts import TurnRecord
 from workflows.messages import tool_uses
 
@@ -422,8 +422,8 @@ async def approve_as_soon_as_shown(
 
 
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
-    from worker.session_reads import RequestRejected
-    from worker.sessions import _settling
+    from worker.client.keel_client import _settling
+    from worker.client.reading import RequestRejected
 
     calls: list[str] = []
 

@@ -19,7 +19,7 @@ from tests.fakes.bedrock_server import (
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import SAMPLE_TOOLS, text, tool_use
 from tests.workflows.test_session import no_dangling
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import tool_uses
 

@@ -31,8 +31,8 @@ from temporalio.service import RPCError
 
 from activities.store import ConversationStore
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.assembly import build_worker
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import build_worker
 from workflows.contracts import Decision, PromptInput, SessionConfig
 from workflows.ledger import SessionInput
 from workflows.messages import ContentBlock, Message

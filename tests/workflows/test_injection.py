@@ -30,8 +30,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 
 from activities.store import ConversationStore
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.assembly import build_worker
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
+from worker.process.assembly import build_worker
 from workflows.contracts import PromptInput, SessionConfig, TurnRecord
 from workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from workflows.messages import ContentBlock, Message, tool_uses

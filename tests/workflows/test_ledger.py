@@ -22,8 +22,8 @@ from activities import ModelActivities, ToolActivities
 from activities.tools import load_tool_modules
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from worker.client.keel_client import KeelClient
 from worker.payloads import DATA_CONVERTER
-from worker.sessions import KeelClient
 from workflows import (
     ContentBlock,
     Event,

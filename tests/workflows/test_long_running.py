@@ -18,8 +18,8 @@ from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import run_histories, save_history
 from tests.workflows.test_approvals import lines
 from tests.workflows.test_session import no_dangling, result_texts
-from worker.assembly import build_worker
-from worker.sessions import KeelClient, RequestRejected
+from worker.client.keel_client import KeelClient, RequestRejected
+from worker.process.assembly import build_worker
 from workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
 from workflows.messages import Message, text_block
 from workflows.session import AgentSession

@@ -29,7 +29,7 @@ from tests.helpers.mcp import (
 )
 from tests.helpers.scripts import respond, text, tool_use
 from tests.workflows.test_session import no_dangling
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.messages import Message, ToolResult
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.fakes.openai_server import Failure, FakeOpenAIServer, Reply, ToolCall
 from tests.helpers.fixture_types import RunWorker
-from worker.sessions import KeelClient
+from worker.client.keel_client import KeelClient
 from workflows.contracts import SessionConfig
 from workflows.messages import tool_uses
 

@@ -14,7 +14,7 @@ from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
-from worker.sessions import KeelClient, RequestRejected
+from worker.client.keel_client import KeelClient, RequestRejected
 from workflows.contracts import TurnRecord
 
 

@@ -15,9 +15,9 @@ import tests.sample_tools  # noqa: F401 - the policies the recorded sessions use
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import HISTORIES
+from worker.client.keel_client import KeelClient
 from worker.payloads import DATA_CONVERTER
-from worker.sandbox import sandbox_runner
-from worker.sessions import KeelClient
+from worker.process.sandbox import sandbox_runner
 from workflows.activity_contracts import ModelResponse
 from workflows.contracts import SessionResult, TurnRecord
 from workflows.ledger import SessionInput

@@ -17,7 +17,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpd
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
-from worker.sessions import KeelClient, RequestRejected
+from worker.client.keel_client import KeelClient, RequestRejected
 from workflows.contracts import PromptInput, SessionConfig
 from workflows.ledger import SessionInput
 from workflows.messages import Message, tool_uses

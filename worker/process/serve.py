@@ -12,23 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker.assembly import build_worker, freeze_startup_heap
-from worker.health import HealthServer
-from worker.runtime import client_options, connect_configured
+from worker.process.assembly import build_worker, freeze_startup_heap
+from worker.process.health import HealthServer
+from worker.process.telemetry import configure_logging, metrics_runtime
+from worker.server.connection import client_options, connect_configured
 from worker.settings import ConfigError, Settings, WorkerSettings
-from worker.telemetry import configure_logging, metrics_runtime
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from temporalio.worker import Worker
 
-__all__ = ["serve_worker"]
+__all__ = ["run_until_signalled", "serve_worker"]
 
 logger = logging.getLogger("keel.worker")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 async def serve_worker(
@@ -76,7 +77,13 @@ async def serve_worker(
             settings.namespace,
             settings.task_queue,
         )
-        await _run_until_signalled(worker, state, config.shutdown_grace_s)
+        grace_s = config.shutdown_grace_s
+
+        def drain() -> None:
+            state.draining = True
+            logger.info("shutting down: up to %g s for running activities", grace_s)
+
+        await run_until_signalled(worker, drain)
         logger.info("worker %s stopped", client.identity)
     finally:
         state.finished = True
@@ -116,7 +123,7 @@ def _tracer_provider(config: WorkerSettings) -> TracerProvider | None:
     if config.otlp_traces_url is None:
         return None
     try:
-        from worker.tracing import otlp_exporter, tracer_provider
+        from worker.process.tracing import otlp_exporter, tracer_provider
 
         exporter = otlp_exporter(config.otlp_traces_url)
     except ImportError as err:
@@ -127,21 +134,27 @@ def _tracer_provider(config: WorkerSettings) -> TracerProvider | None:
     return tracer_provider(exporter, service_name=config.service_name)
 
 
-async def _run_until_signalled(worker: Worker, state: _State, grace_s: float) -> None:
+async def run_until_signalled(worker: Worker, on_signal: Callable[[], None] | None = None) -> None:
+    """Run a worker until SIGTERM or SIGINT, then shut it down gracefully.
+
+    Args:
+        worker: the worker to run.
+        on_signal: called when a signal arrives, before the shutdown starts.
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     task = asyncio.create_task(worker.run())
     waiter = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
-            state.draining = True
-            logger.info("shutting down: up to %g s for running activities", grace_s)
+            if on_signal is not None:
+                on_signal()
             await worker.shutdown()
         await task
     finally:
         waiter.cancel()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             loop.remove_signal_handler(sig)

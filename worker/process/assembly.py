@@ -19,9 +19,9 @@ from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
-from worker.interceptors import KeelInterceptor
 from worker.payloads import DATA_CONVERTER
-from worker.sandbox import sandbox_runner
+from worker.process.interceptors import KeelInterceptor
+from worker.process.sandbox import sandbox_runner
 from worker.settings import Settings
 from workflows.session import AgentSession
 
@@ -79,7 +79,7 @@ def build_worker(
         tool_modules: modules to import so their ``@tool`` functions register.
         store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
         tracer_provider: an OpenTelemetry SDK tracer provider (see
-            ``worker.telemetry.tracer_provider``): trace workflows and activities with
+            ``worker.process.telemetry.tracer_provider``): trace workflows and activities with
             temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
             spans. None: no tracing; log records still carry session, turn and cycle.
         mcp_servers: MCP servers whose tools this worker offers (``activities.mcp``): the
@@ -125,7 +125,7 @@ def _tracing_interceptors(provider: TracerProvider | None) -> list[Interceptor]:
         return [KeelInterceptor()]
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    from worker.tracing import KeelSpans  # the otel extra: imported only when tracing
+    from worker.process.tracing import KeelSpans  # the otel extra: imported only when tracing
 
     spans = KeelSpans(provider)
     return [TracingInterceptor(spans.tracer), KeelInterceptor(spans)]

@@ -1,7 +1,7 @@
 """The Python API for clients: start sessions, send prompts, decide, wait for turns.
 
 ``KeelClient`` is the one class to use; its reading half (state, events, listings) lives in
-``worker.session_reads``.
+``worker.client.reading``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
-from worker.session_reads import (
+from worker.client.reading import (
     ENDED,
     POLL_MAX_S,
     POLL_START_S,

@@ -4,10 +4,10 @@ On the workflow side, every activity the session starts carries a ``keel-cycle``
 with the turn and cycle of the latest model call (tool runs follow the model call of their
 cycle). On the activity side, that header (or the model request itself) says which turn
 and cycle the activity serves; log records written while it runs get ``session_id``,
-``turn`` and ``cycle`` (see ``worker.telemetry``), and SDK metrics count model calls, tokens
+``turn`` and ``cycle`` (see ``worker.process.telemetry``), and SDK metrics count model calls, tokens
 and tool runs.
 
-Given ``ActivitySpans`` (``worker.tracing.KeelSpans``, from the ``otel`` extra), it also
+Given ``ActivitySpans`` (``worker.process.tracing.KeelSpans``, from the ``otel`` extra), it also
 traces: a ``keel.turn`` span per
 turn, parent of the ``StartActivity`` spans of temporalio's ``TracingInterceptor`` for the
 turn's model calls and tool runs, and under their ``RunActivity`` spans a
@@ -99,7 +99,7 @@ class TurnSpan:
 
 
 class ActivitySpans(Protocol):
-    """How ``KeelInterceptor`` traces; ``worker.tracing.KeelSpans`` implements it.
+    """How ``KeelInterceptor`` traces; ``worker.process.tracing.KeelSpans`` implements it.
 
     Handed in rather than imported, so this module needs no OpenTelemetry.
     """
@@ -153,7 +153,7 @@ class KeelInterceptor(Interceptor):
     """Worker interceptor: turn and cycle on every activity, logs, metrics, Keel's spans.
 
     Put it after temporalio's ``TracingInterceptor`` in the worker's interceptors, so its
-    spans nest inside that interceptor's (``worker.assembly.build_worker`` does).
+    spans nest inside that interceptor's (``worker.process.assembly.build_worker`` does).
     """
 
     def __init__(self, spans: ActivitySpans | None = None) -> None:

@@ -208,7 +208,7 @@ class SessionCalls:
         wait_for_worker: bool = False,
         on_waiting: Callable[[WorkerWait], None] | None = None,
     ) -> None:
-        """Wrap a client made by ``worker.assembly.connect``.
+        """Wrap a client made by ``worker.process.assembly.connect``.
 
         Args:
             client: the Temporal client.

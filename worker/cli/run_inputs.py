@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from activities.models import PROVIDERS
-from worker.paths import FILE_SPECS, local_path, sendable_model_spec
+from activities.models import ModelError, parse_model_spec
+from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
 from workflows.messages import Message
@@ -116,10 +116,10 @@ def check_model(spec: str, *, local: bool) -> None:
     Raises:
         UsageError: naming the problem and how to fix it.
     """
-    prefix, sep, rest = spec.partition(":")
-    if not sep or prefix not in PROVIDERS:
-        known = ", ".join(f"{p}:<...>" for p in sorted(PROVIDERS))
-        raise UsageError(f"unknown model spec {spec!r}; expected one of {known}")
+    try:
+        prefix, rest = parse_model_spec(spec)
+    except ModelError as err:
+        raise UsageError(str(err)) from err
     if not local:
         return
     if prefix == "scripted" and not local_path(rest).is_file():

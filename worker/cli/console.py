@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from worker.sessions import SessionSummary
+from worker.client.keel_client import SessionSummary
 from workflows.contracts import Interrupt, SessionState, TurnRecord
 from workflows.cycle import text_of
 

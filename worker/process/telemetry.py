@@ -1,7 +1,7 @@
 """A worker's logs and SDK metrics.
 
 Logs: every record gets ``session_id``, ``turn`` and ``cycle`` when it was written by a
-session's workflow or one of its activities (see ``worker.interceptors``); ``text`` shows
+session's workflow or one of its activities (see ``worker.process.interceptors``); ``text`` shows
 them in brackets, ``json`` writes one JSON object per line.
 
 Metrics: temporalio's Core exports its SDK metrics (``temporal_*``: task slots, poll and
@@ -21,7 +21,7 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from worker.interceptors import log_fields
+from worker.process.interceptors import log_fields
 from worker.settings import ConfigError
 
 __all__ = [

@@ -21,25 +21,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store import StoreError
 from activities.tools import ToolModuleError
-from worker.commands import (
-    START_A_WORKER,
-    cmd_cancel,
-    cmd_decide,
-    cmd_dev,
-    cmd_pending,
-    cmd_respond,
-    cmd_run,
-    cmd_sessions,
-    cmd_show,
-    cmd_steer,
-    cmd_watch,
-    cmd_worker,
-)
-from worker.console import EXIT_FAILED, EXIT_INVALID
-from worker.devserver import DevServerError
-from worker.run_inputs import UsageError
-from worker.runtime import TemporalUnreachable
-from worker.sessions import NoWorker, RequestRejected, SessionNotFound
+from worker.cli.console import EXIT_FAILED, EXIT_INVALID
+from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
+from worker.cli.run_inputs import UsageError
+from worker.cli.serving import cmd_dev, cmd_worker
+from worker.cli.session_access import START_A_WORKER
+from worker.cli.turns import cmd_cancel, cmd_decide, cmd_respond, cmd_run, cmd_steer
+from worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
+from worker.server.connection import TemporalUnreachable
+from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
 
 # Failures of the request itself: exit 2 with the reason.
@@ -260,6 +250,3 @@ def main() -> None:
     sys.stderr.flush()
     os._exit(code)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -14,8 +14,8 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.assembly import build_worker, connect
-from worker.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from worker.process.assembly import build_worker, connect
+from worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from worker.settings import ClientOptions, ConfigError, Settings
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class TemporalUnreachable(RuntimeError):
 
 
 @dataclass
-class Runtime:
+class TemporalConnection:
     """A connected client, and the embedded dev server when this process runs one."""
 
     client: Client
@@ -135,14 +135,16 @@ def _reason(err: RuntimeError) -> str:
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, *, embed: bool = True) -> AsyncIterator[Runtime]:
+async def open_connection(
+    settings: Settings, *, embed: bool = True
+) -> AsyncIterator[TemporalConnection]:
     """Connect to Temporal, embedding a dev server when none is configured.
 
     With ``TEMPORAL_ADDRESS`` set, or something listening on the default address (a
     ``keel dev`` in another terminal), this only connects. Otherwise, when ``embed`` is true,
     it starts the dev server with its SQLite database under ``KEEL_HOME`` (``.keel/``, so
-    sessions survive for the next run) and stops it on exit; ``Runtime.worker`` then runs a
-    worker in this process.
+    sessions survive for the next run) and stops it on exit; ``TemporalConnection.worker``
+    then runs a worker in this process.
 
     Args:
         settings: process settings.
@@ -150,9 +152,11 @@ async def open_runtime(settings: Settings, *, embed: bool = True) -> AsyncIterat
     """
     if settings.address or not embed or await address_reachable(DEFAULT_ADDRESS):
         client, address = await connect_configured(settings)
-        yield Runtime(client=client, address=address, settings=settings)
+        yield TemporalConnection(client=client, address=address, settings=settings)
         return
     async with DevServer(settings.home, ui=False, namespace=settings.namespace) as server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace)
-        yield Runtime(client=client, address=server.address, settings=settings, server=server)
+        yield TemporalConnection(
+            client=client, address=server.address, settings=settings, server=server
+        )

@@ -1,6 +1,6 @@
 """The reading half of the Python API: session state, events, streamed text, listings.
 
-``KeelClient`` (``worker.sessions``) adds the commands on top.
+``KeelClient`` (``worker.client.keel_client``) adds the commands on top.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store import ConversationStore, StoreError
-from worker.calls import (
+from worker.client.calls import (
     NoWorker,
     RequestRejected,
     SessionCalls,
@@ -141,7 +141,7 @@ class SessionReader(SessionCalls):
         wait_for_worker: bool = False,
         on_waiting: Callable[[WorkerWait], None] | None = None,
     ) -> None:
-        """Wrap a client made by ``worker.assembly.connect``.
+        """Wrap a client made by ``worker.process.assembly.connect``.
 
         Args:
             client: the Temporal client.

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from worker.interceptors import TurnSpan, tool_status
+from worker.process.interceptors import TurnSpan, tool_status
 from worker.settings import DEFAULT_SERVICE_NAME
 from workflows.activity_options import MODEL_ACTIVITY
 

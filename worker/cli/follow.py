@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
-from worker.sessions import SETTLED, KeelClient, ModelStream, SessionNotFound
+from worker.client.keel_client import SETTLED, KeelClient, ModelStream, SessionNotFound
 from workflows.contracts import Event, SessionState, TurnRecord
 
 # How often a follower asks for streamed text at most; heartbeats come about once a second.

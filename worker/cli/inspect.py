@@ -1,0 +1,163 @@
+"""The ``keel`` commands that look at sessions without changing them.
+
+``show``, ``pending``, ``watch``, ``sessions``; each a coroutine ``(args, settings) -> exit code``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeVar
+
+from temporalio.worker import Worker
+
+from activities.store import open_store
+from worker.cli.console import (
+    EXIT_OK,
+    EXIT_WAITING,
+    interrupt_json,
+    print_interrupts,
+    print_sessions,
+    render_block,
+    sessions_json,
+    show_json,
+)
+from worker.cli.follow import Follower
+from worker.cli.run_inputs import UsageError
+from worker.cli.session_access import existing_session
+from worker.client import KeelClient
+from worker.process.sandbox import sandbox_runner
+from worker.server.connection import TemporalConnection, open_connection
+from worker.settings import Settings
+from workflows import AgentSession, SessionState
+
+T = TypeVar("T")
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel show``: the conversation of a session."""
+    async with existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
+        state = await keel.state(args.session)
+    if args.json:
+        print(json.dumps(show_json(state)))
+        return EXIT_OK
+    for message in state.messages:
+        for block in message.content:
+            print(f"{message.role}: {render_block(block.model_dump(mode='json'))}")
+    for t in state.turns:
+        u = t.usage
+        print(
+            f"[turn {t.turn_id} {t.status}: {t.cycles} model calls, "
+            f"{u.inputTokens} in / {u.outputTokens} out tokens]"
+        )
+    u = state.usage
+    print(f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} out]")
+    return EXIT_OK
+
+
+async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel pending``: the interrupts a session waits on, and its running tools."""
+    async with existing_session(
+        settings, args.session, writes=False, wait_for_worker=False
+    ) as keel:
+        view = await keel.pending(args.session)
+    if args.json:
+        out = view.model_dump(mode="json", exclude={"interrupts"})
+        out["interrupts"] = [interrupt_json(i) for i in view.interrupts]
+        print(json.dumps({"session": args.session, **out}))
+    elif view.interrupts:
+        print_interrupts(args.session, view.interrupts)
+    else:
+        running = ", ".join(u.name for u in view.running) or "nothing"
+        print(f"no pending interrupts in session {args.session}; running: {running}")
+    return EXIT_OK
+
+
+async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel watch``: print a session's events as they happen.
+
+    Runs until Ctrl-C or the session closes (exit 0); with ``--until-idle``, until no turn
+    runs or is queued (exit 0) or a turn waits for a human (exit 3).
+    """
+    waiting = False
+
+    def idle(state: SessionState) -> bool:
+        nonlocal waiting
+        if not args.until_idle:
+            return False
+        waiting = any(t.status == "awaiting_human" for t in state.turns)
+        return waiting or all(t.status not in ("queued", "running") for t in state.turns)
+
+    async with existing_session(
+        settings, args.session, writes=False, wait_for_worker=True
+    ) as keel:
+        follower = Follower(
+            keel,
+            args.session,
+            args.since,
+            out=sys.stdout,
+            style="json" if args.json else "events",
+            stream_text=not args.json,
+        )
+        await _until_ctrl_c(follower.follow(idle))
+        if follower.text is not None:
+            follower.text.end_line()
+    return EXIT_WAITING if waiting else EXIT_OK
+
+
+@asynccontextmanager
+async def _query_worker(connection: TemporalConnection) -> AsyncIterator[None]:
+    """With an embedded server, a worker that answers queries (workflows only, no tools)."""
+    if not connection.embedded:
+        yield
+        return
+    worker = Worker(
+        connection.client,
+        task_queue=connection.settings.task_queue,
+        workflows=[AgentSession],
+        workflow_runner=sandbox_runner(),
+    )
+    async with worker:
+        yield
+
+
+async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel sessions``: the sessions on this task queue, newest first."""
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    async with open_connection(settings) as connection, _query_worker(connection):
+        keel = KeelClient(connection.client, settings.task_queue, open_store(settings.store))
+        sessions = await keel.list_sessions(limit=args.limit)
+    if args.json:
+        print(json.dumps(sessions_json(sessions)))
+    else:
+        print_sessions(sessions, settings.task_queue)
+    return EXIT_OK
+
+
+async def _until_ctrl_c(work: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``work`` until it returns or the user presses Ctrl-C (then None)."""
+    loop = asyncio.get_running_loop()
+    pressed = asyncio.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    loop.add_signal_handler(signal.SIGINT, pressed.set)
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(pressed.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+    return None if task.cancelled() else task.result()

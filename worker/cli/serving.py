@@ -1,0 +1,53 @@
+"""The ``keel`` commands that serve sessions: ``keel worker`` and ``keel dev``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from worker.cli.console import EXIT_OK
+from worker.cli.run_inputs import UsageError, tool_modules
+from worker.process.assembly import build_worker, freeze_startup_heap
+from worker.process.serve import run_until_signalled, serve_worker
+from worker.server.connection import connect_configured
+from worker.server.devserver import DevServer
+from worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel worker``: run a worker until SIGTERM or Ctrl-C, then shut down gracefully.
+
+    Flags win over their environment variables (see ``worker.settings``); an invalid
+    setting exits 2 with the reason.
+    """
+    flags = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAG_NAMES.items()}
+    settings = dataclasses.replace(
+        settings,
+        address=flags["TEMPORAL_ADDRESS"] or settings.address,
+        namespace=flags["TEMPORAL_NAMESPACE"] or settings.namespace,
+        task_queue=flags["KEEL_TASK_QUEUE"] or settings.task_queue,
+        tls="true" if args.tls else settings.tls,
+        tls_cert=args.tls_cert or settings.tls_cert,
+        tls_key=args.tls_key or settings.tls_key,
+        tls_ca=args.tls_ca or settings.tls_ca,
+        tls_server_name=args.tls_server_name or settings.tls_server_name,
+    )
+    try:
+        config = WorkerSettings.load(flags=flags)
+        await serve_worker(settings, config, tool_modules(args.tools))
+    except ConfigError as err:
+        raise UsageError(str(err)) from err
+    return EXIT_OK
+
+
+async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
+    async with DevServer(
+        settings.home, port=args.port, ui=True, namespace=settings.namespace
+    ) as server:
+        client, _ = await connect_configured(Settings(server.address, settings.namespace))
+        worker = build_worker(client, settings.task_queue, tool_modules(args.tools))
+        freeze_startup_heap()
+        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops", flush=True)
+        await run_until_signalled(worker)
+    return EXIT_OK

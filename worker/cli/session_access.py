@@ -1,0 +1,72 @@
+"""How a ``keel`` command reaches a session: its client, and a worker when it must embed one."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from activities.store import open_store
+from worker.client import KeelClient, WorkerWait
+from worker.server.connection import TemporalConnection, open_connection
+from worker.settings import Settings
+
+# What to do when no worker answers: said after each "no worker" line.
+START_A_WORKER = "start one with `keel worker` (or `keel dev`)"
+# How long a query may wait for a worker before ``keel show`` or ``keel pending`` gives up.
+QUERY_TIMEOUT_S = 10.0
+
+
+def say_waiting(wait: WorkerWait) -> None:
+    """Tell the person on stderr that a request waits for a worker."""
+    print(f"keel: {wait}; {START_A_WORKER}", file=sys.stderr, flush=True)
+
+
+def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> KeelClient:
+    """The client of a command.
+
+    Args:
+        connection: the command's Temporal.
+        wait_for_worker: when no worker answers, keep asking and say so on stderr now and
+            then (commands that follow a turn), instead of failing with ``NoWorker`` after
+            ``QUERY_TIMEOUT_S``.
+    """
+    settings = connection.settings
+    return KeelClient(
+        connection.client,
+        settings.task_queue,
+        open_store(settings.store),
+        query_timeout_s=QUERY_TIMEOUT_S,
+        wait_for_worker=wait_for_worker,
+        on_waiting=say_waiting if wait_for_worker else None,
+    )
+
+
+@asynccontextmanager
+async def existing_session(
+    settings: Settings, session: str, *, writes: bool, wait_for_worker: bool
+) -> AsyncIterator[KeelClient]:
+    """A client for an existing session, with a worker when the server is embedded.
+
+    Args:
+        settings: process settings.
+        session: the session.
+        writes: the command changes the session, so it must still run.
+        wait_for_worker: the command follows the session: keep asking when no worker
+            answers, instead of failing.
+
+    Raises:
+        SessionNotFound: no such session.
+        SessionClosed: ``writes``, and the session has ended.
+        NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
+    """
+    async with open_connection(settings) as connection:
+        keel = keel_client(connection, wait_for_worker=wait_for_worker)
+        if writes:
+            await keel.check_open(session)
+        config = await keel.config(session)
+        if not wait_for_worker and not connection.embedded:
+            await keel.check_worker(session)
+        queue = await keel.session_task_queue(session)
+        async with connection.worker(config.tool_modules, task_queue=queue):
+            yield keel

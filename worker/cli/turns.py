@@ -1,0 +1,177 @@
+"""The ``keel`` commands that act on a turn and wait for it.
+
+``run``, ``approve``/``deny``, ``respond``, ``cancel``, ``steer``; each a coroutine
+``(args, settings) -> exit code``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import sys
+import uuid
+from typing import TextIO
+
+from worker.cli.console import (
+    EXIT_OK,
+    ask_decision,
+    ask_question,
+    parse_answer,
+    print_turn,
+    print_where,
+)
+from worker.cli.follow import Follower
+from worker.cli.run_inputs import (
+    UsageError,
+    check_model,
+    new_session_config,
+    read_messages,
+    sendable_model,
+    tool_modules,
+)
+from worker.cli.session_access import existing_session, keel_client
+from worker.client import KeelClient, RequestRejected
+from worker.server.connection import open_connection
+from worker.settings import Settings
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel run``: send a prompt, wait for the turn, print the result."""
+    prompt = " ".join(args.prompt).strip()
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    messages = read_messages(args.messages) if args.messages else []
+    modules = tool_modules(args.tools)
+    session = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    model: str | None = args.model or settings.model
+    if model:
+        check_model(model, local=False)  # before starting anything
+    async with open_connection(settings) as connection:
+        keel = keel_client(connection, wait_for_worker=True)
+        config = None
+        if await keel.exists(session):
+            await keel.check_open(session)
+            if messages:
+                raise UsageError(
+                    f"session {session!r} exists; --messages only imports into a new one"
+                )
+            modules = modules or (await keel.config(session)).tool_modules
+        else:
+            config = new_session_config(args, model)
+            check_model(config.model, local=connection.embedded)
+            config = config.model_copy(update={"model": sendable_model(config.model)})
+        queue = await keel.session_task_queue(session)
+        async with connection.worker(modules, task_queue=queue):
+            try:
+                since = 0 if config is not None else await keel.event_count(session)
+                ack = await keel.prompt(session, prompt, config=config, messages=messages)
+                out = _progress_out(args)
+                if out is not None and ack.queued_behind:
+                    print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
+                code = await _finish_turn(keel, session, ack.turn_id, since, args)
+            except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
+                if not args.json:
+                    print_where(session)
+                raise
+            if not args.json:
+                print_where(session)
+            return code
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel cancel``: stop the running turn; prints its result."""
+    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
+        since = await keel.event_count(args.session)
+        ack = await keel.cancel(args.session, args.reason)
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+
+
+async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
+        since = await keel.event_count(args.session)
+        ack = await keel.decide(
+            args.session, args.id, args.decision, reason=args.reason, approver=_approver(args)
+        )
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+
+
+async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel respond``: answer a tool's question, then wait like ``keel run``."""
+    value = parse_answer(args.value)
+    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
+        since = await keel.event_count(args.session)
+        ack = await keel.respond(args.session, args.id, value, responder=_approver(args))
+        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+
+
+async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel steer``: add guidance to the turn in progress."""
+    text = " ".join(args.text).strip()
+    if not text:
+        raise UsageError("the steering text is empty")
+    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
+        ack = await keel.steer(args.session, text)
+    print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
+    return EXIT_OK
+
+
+def _progress_out(args: argparse.Namespace) -> TextIO | None:
+    """Where a waiting command reports progress: stderr when asked or a terminal, else None."""
+    if getattr(args, "progress", False) or (not args.json and sys.stderr.isatty()):
+        return sys.stderr
+    return None
+
+
+def _interactive(args: argparse.Namespace) -> bool:
+    """Whether to ask a person for approvals: a terminal on both ends, and allowed to."""
+    if args.json or getattr(args, "no_input", False):
+        return False
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _approver(args: argparse.Namespace) -> str:
+    return getattr(args, "approver", None) or os.environ.get("KEEL_APPROVER") or getpass.getuser()
+
+
+async def _finish_turn(
+    keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
+) -> int:
+    """Follow a turn until it settles, asking for approvals when a person is there; print it.
+
+    Progress goes to stderr (see ``_progress_out``); the result to stdout as ``print_turn``
+    prints it. When the turn waits for approval and the terminal is interactive, each
+    pending interrupt is shown and decided by the person's answer, and following goes on
+    until the turn ends or waits again. No answer (end of input, Ctrl-C) leaves the
+    interrupt pending: exit 3.
+    """
+    out = _progress_out(args)
+    follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
+    record = await follower.turn_settled(turn_id)
+    refused: set[str] = set()
+    while record.status == "awaiting_human" and _interactive(args):
+        asked = [i for i in record.interrupts if i.id not in refused]
+        if not asked:
+            break
+        for interrupt in asked:
+            try:
+                if interrupt.kind == "question":
+                    value = await ask_question(interrupt)
+                    if value is None:
+                        return print_turn(session, await keel.turn(session, turn_id), False)
+                    await keel.respond(session, interrupt.id, value[0], responder=_approver(args))
+                    continue
+                answer = await ask_decision(interrupt)
+                if answer is None:
+                    return print_turn(session, await keel.turn(session, turn_id), False)
+                decision, reason = answer
+                await keel.decide(
+                    session, interrupt.id, decision, reason=reason, approver=_approver(args)
+                )
+            except RequestRejected as err:
+                print(f"keel: {err}", file=sys.stderr)
+                refused.add(interrupt.id)
+        record = await follower.turn_settled(turn_id)
+    return print_turn(session, record, args.json)

@@ -1,0 +1,27 @@
+"""The Python API for clients: ``KeelClient`` and the errors it raises.
+
+Modules: ``keel_client`` (``KeelClient``: what changes a session), ``reading`` (what reads one
+without writing history: state, events, the model's stream, listings), ``calls`` (how a call
+to a session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable).
+"""
+
+from worker.client.calls import (
+    NoWorker,
+    RequestRejected,
+    SessionClosed,
+    SessionNotFound,
+    WorkerWait,
+)
+from worker.client.keel_client import KeelClient
+from worker.client.reading import ModelStream, SessionSummary
+
+__all__ = [
+    "KeelClient",
+    "ModelStream",
+    "NoWorker",
+    "RequestRejected",
+    "SessionClosed",
+    "SessionNotFound",
+    "SessionSummary",
+    "WorkerWait",
+]

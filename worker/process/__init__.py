@@ -1,0 +1,11 @@
+"""A worker process: a Temporal worker for ``AgentSession`` and Keel's activities.
+
+Modules: ``assembly`` (``connect``, ``build_worker``), ``serve`` (``keel worker``: run until
+signalled, drain, health), ``health``, ``telemetry`` (logs, metrics), ``interceptors`` (turn and
+cycle on every activity), ``tracing`` (OpenTelemetry spans; the ``otel`` extra), ``sandbox``
+(the workflow sandbox's settings).
+"""
+
+from worker.process.assembly import build_worker, connect
+
+__all__ = ["build_worker", "connect"]
