@@ -418,7 +418,7 @@ def test_the_deployment_docs_document_every_worker_setting() -> None:
         a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "worker"
     )[1]
     flags = {o for action in worker._actions for o in action.option_strings if o.startswith("--")}
-    documented = set(rows.values()) | {"--help", "--tools"}
+    documented = set(rows.values()) | {"--help", "--tools", "--mcp"}  # what it serves
     assert flags <= documented, flags - documented
     for name in ("TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_TLS_CLIENT_CERT_PATH", "KEEL_STORE"):
         assert name in rows

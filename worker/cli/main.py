@@ -19,6 +19,7 @@ from typing import NoReturn
 from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.mcp import McpConfigError, McpServerError
 from activities.store import StoreError
 from activities.tools import ToolModuleError
 from worker.cli.console import EXIT_FAILED, EXIT_INVALID
@@ -33,7 +34,15 @@ from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
 
 # Failures of the request itself: exit 2 with the reason.
-_INVALID = (UsageError, ConfigError, RequestRejected, SessionNotFound, ToolModuleError)
+_INVALID = (
+    UsageError,
+    ConfigError,
+    RequestRejected,
+    SessionNotFound,
+    ToolModuleError,
+    McpConfigError,
+    McpServerError,
+)
 # Failures of what the command needs (Temporal, a worker, the store): exit 1.
 _FAILED = (TemporalUnreachable, DevServerError, StoreError)
 
@@ -61,6 +70,18 @@ def _waiting_flags(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def _mcp_flag(cmd: argparse.ArgumentParser) -> None:
+    """``--mcp NAME=COMMAND`` or ``--mcp NAME=URL``, repeatable: the worker's MCP servers."""
+    cmd.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND|URL",
+        help="an MCP server for the worker: a stdio command or a streamable-HTTP URL "
+        "(repeatable; its tools keep their names, --tools mcp:NAME limits a session to it)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``keel`` command."""
     parser = _Parser(prog="keel", description="Durable LLM agents on Temporal.")
@@ -72,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session", help="session id (default: a new one)")
     run.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
     run.add_argument("--system", help="system prompt for a new session")
-    run.add_argument("--tools", help="tool modules, comma separated")
+    run.add_argument("--tools", help="tool modules and mcp:NAME sources, comma separated")
+    _mcp_flag(run)
     run.add_argument("--messages", help="JSON file of history to import into a new session")
     run.add_argument(
         "--require-approval",
@@ -95,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "environment variable named in its help; see README, Deployment.",
     )
     worker.add_argument("--tools", help="tool modules, comma separated")
+    _mcp_flag(worker)
     worker.add_argument("--task-queue", help="task queue (default: KEEL_TASK_QUEUE or keel)")
     for flag, meta, text in (
         ("--address", "HOST:PORT", "Temporal frontend (TEMPORAL_ADDRESS)"),
@@ -121,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
     dev.add_argument("--tools", help="tool modules, comma separated")
+    _mcp_flag(dev)
     dev.add_argument("--port", type=int, default=7233, help="Temporal port (default 7233)")
     dev.set_defaults(handler=cmd_dev)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from activities.mcp import McpServerConfig, parse_mcp_spec
 from activities.models import ModelError, parse_model_spec
 from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
@@ -105,6 +107,15 @@ def new_session_config(args: argparse.Namespace, model: str | None) -> SessionCo
         )
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:
+    """The MCP servers of ``--mcp NAME=COMMAND|URL`` flags.
+
+    Raises:
+        McpConfigError: a value that names no server, or a bad command or URL.
+    """
+    return [parse_mcp_spec(value) for value in values]
 
 
 def check_model(spec: str, *, local: bool) -> None:

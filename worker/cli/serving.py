@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 
 from worker.cli.console import EXIT_OK
-from worker.cli.run_inputs import UsageError, tool_modules
-from worker.process.assembly import build_worker, freeze_startup_heap
+from worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
+from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
 from worker.process.serve import run_until_signalled, serve_worker
 from worker.server.connection import connect_configured
 from worker.server.devserver import DevServer
@@ -34,7 +34,7 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         config = WorkerSettings.load(flags=flags)
-        await serve_worker(settings, config, tool_modules(args.tools))
+        await serve_worker(settings, config, tool_modules(args.tools), mcp_servers(args.mcp))
     except ConfigError as err:
         raise UsageError(str(err)) from err
     return EXIT_OK
@@ -46,8 +46,12 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         settings.home, port=args.port, ui=True, namespace=settings.namespace
     ) as server:
         client, _ = await connect_configured(Settings(server.address, settings.namespace))
-        worker = build_worker(client, settings.task_queue, tool_modules(args.tools))
-        freeze_startup_heap()
-        print(f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops", flush=True)
-        await run_until_signalled(worker)
+        async with mcp_servers_running(mcp_servers(args.mcp)) as mcp:
+            worker = build_worker(
+                client, settings.task_queue, tool_modules(args.tools), mcp_servers=mcp or ()
+            )
+            freeze_startup_heap()
+            ready = f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops"
+            print(ready, flush=True)
+            await run_until_signalled(worker)
     return EXIT_OK

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from activities.store import open_store
+from worker.cli.run_inputs import UsageError
 from worker.client import KeelClient, WorkerWait
 from worker.server.connection import TemporalConnection, open_connection
 from worker.settings import Settings
@@ -65,6 +66,13 @@ async def existing_session(
         if writes:
             await keel.check_open(session)
         config = await keel.config(session)
+        mcp = [m for m in config.tool_modules if m.startswith("mcp:")]
+        if connection.embedded and mcp:
+            raise UsageError(
+                f"session {session!r} uses MCP servers ({', '.join(mcp)}), which this command's "
+                "own worker does not have: run `keel dev --mcp NAME=...` in another terminal "
+                "and try again"
+            )
         if not wait_for_worker and not connection.embedded:
             await keel.check_worker(session)
         queue = await keel.session_task_queue(session)

@@ -26,6 +26,7 @@ from worker.cli.follow import Follower
 from worker.cli.run_inputs import (
     UsageError,
     check_model,
+    mcp_servers,
     new_session_config,
     read_messages,
     sendable_model,
@@ -44,11 +45,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("the prompt is empty")
     messages = read_messages(args.messages) if args.messages else []
     modules = tool_modules(args.tools)
+    servers = mcp_servers(args.mcp)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
     model: str | None = args.model or settings.model
     if model:
         check_model(model, local=False)  # before starting anything
     async with open_connection(settings) as connection:
+        if servers and not connection.embedded:
+            raise UsageError(
+                "--mcp configures the worker that keel run embeds; with a Temporal of your own "
+                "(TEMPORAL_ADDRESS, or keel dev), give --mcp to keel worker or keel dev"
+            )
         keel = keel_client(connection, wait_for_worker=True)
         config = None
         if await keel.exists(session):
@@ -63,7 +70,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             check_model(config.model, local=connection.embedded)
             config = config.model_copy(update={"model": sendable_model(config.model)})
         queue = await keel.session_task_queue(session)
-        async with connection.worker(modules, task_queue=queue):
+        async with connection.worker(modules, task_queue=queue, mcp_servers=servers):
             try:
                 since = 0 if config is not None else await keel.event_count(session)
                 ack = await keel.prompt(session, prompt, config=config, messages=messages)

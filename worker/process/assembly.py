@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ from workflows.session import AgentSession
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+
+    from activities.mcp.servers import McpServers
 
 logger = logging.getLogger("keel.worker")
 
@@ -68,7 +71,7 @@ def build_worker(
     *,
     store: ConversationStore | None = None,
     tracer_provider: TracerProvider | None = None,
-    mcp_servers: Sequence[McpServerConfig] = (),
+    mcp_servers: Sequence[McpServerConfig] | McpServers = (),
     **options: Any,
 ) -> Worker:
     """A worker running ``AgentSession`` and Keel's activities.
@@ -82,9 +85,12 @@ def build_worker(
             ``worker.process.telemetry.tracer_provider``): trace workflows and activities with
             temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
             spans. None: no tracing; log records still carry session, turn and cycle.
-        mcp_servers: MCP servers whose tools this worker offers (``activities.mcp``): the
-            worker connects to them when it starts running and closes them when it stops;
-            ``run()`` (or ``async with``) raises ``McpServerError`` when one does not start.
+        mcp_servers: MCP servers whose tools this worker offers (``activities.mcp``). Their
+            configurations: the worker connects to them when it starts running and closes
+            them when it stops; ``run()`` (or ``async with``) raises ``McpServerError`` when
+            one does not start. Or ``McpServers`` already running (``async with
+            McpServers(configs).running()``), whose lifetime stays the caller's: a start
+            error then comes before the worker exists, which is what the CLI does.
         **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``;
             ``workflow_runner`` replaces Keel's sandbox).
 
@@ -104,12 +110,14 @@ def build_worker(
         *_tracing_interceptors(tracer_provider),
         *options.get("interceptors", ()),
     ]
-    mcp = None
-    if mcp_servers:
+    mcp: McpServers | None = None
+    if isinstance(mcp_servers, Sequence) and mcp_servers:
         from activities.mcp.servers import McpServers  # the MCP SDK only when servers are given
 
         mcp = McpServers(mcp_servers)
         options["plugins"] = [*options.get("plugins", ()), mcp.plugin()]
+    elif not isinstance(mcp_servers, Sequence):
+        mcp = mcp_servers
     return Worker(
         client,
         task_queue=task_queue,
@@ -117,6 +125,26 @@ def build_worker(
         activities=[ModelActivities(store, mcp).converse, ToolActivities(store, mcp).run],
         **options,
     )
+
+
+@asynccontextmanager
+async def mcp_servers_running(
+    configs: Sequence[McpServerConfig],
+) -> AsyncIterator[McpServers | None]:
+    """MCP servers connected and listed for the block, closed after it; None without any.
+
+    Raises:
+        McpConfigError: two servers have the same name.
+        McpServerError: a server did not start or answer, or two sources define one tool.
+    """
+    if not configs:
+        yield None
+        return
+    from activities.mcp.servers import McpServers  # the MCP SDK only when servers are given
+
+    servers = McpServers(configs)
+    async with servers.running():
+        yield servers
 
 
 def _tracing_interceptors(provider: TracerProvider | None) -> list[Interceptor]:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker.process.assembly import build_worker, freeze_startup_heap
+from activities.mcp import McpServerConfig
+from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
 from worker.process.health import HealthServer
 from worker.process.telemetry import configure_logging, metrics_runtime
 from worker.server.connection import client_options, connect_configured
@@ -33,7 +34,10 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 async def serve_worker(
-    settings: Settings, config: WorkerSettings, tool_modules: Sequence[str]
+    settings: Settings,
+    config: WorkerSettings,
+    tool_modules: Sequence[str],
+    mcp_servers: Sequence[McpServerConfig] = (),
 ) -> None:
     """Run a worker until SIGTERM or SIGINT, then shut it down gracefully.
 
@@ -41,12 +45,14 @@ async def serve_worker(
         settings: where Temporal is and how to reach it; the task queue.
         config: the worker's limits, shutdown grace, ports, tracing and logs.
         tool_modules: tool modules to load.
+        mcp_servers: MCP servers whose tools the worker offers, connected before it polls.
 
     Raises:
         ConfigError: a setting turned out unusable (a port taken, tracing without the
             ``otel`` extra).
         UsageError: an invalid connection setting.
         TemporalUnreachable: Temporal does not answer.
+        McpServerError: an MCP server did not start, or two sources define one tool.
     """
     configure_logging(config.log_format, config.log_level)
     client_options(settings)  # check TLS files and the like before opening any port
@@ -60,30 +66,32 @@ async def serve_worker(
         if health is not None:
             health.start()
         client, address = await connect_configured(settings, runtime=runtime)
-        worker = build_worker(
-            client,
-            settings.task_queue,
-            tool_modules,
-            tracer_provider=provider,
-            graceful_shutdown_timeout=timedelta(seconds=config.shutdown_grace_s),
-            **_limits(config),
-        )
-        freeze_startup_heap()
-        state.worker = worker
-        logger.info(
-            "worker %s on %s, namespace %s, task queue %s",
-            client.identity,
-            address,
-            settings.namespace,
-            settings.task_queue,
-        )
-        grace_s = config.shutdown_grace_s
+        async with mcp_servers_running(mcp_servers) as mcp:
+            worker = build_worker(
+                client,
+                settings.task_queue,
+                tool_modules,
+                mcp_servers=mcp or (),
+                tracer_provider=provider,
+                graceful_shutdown_timeout=timedelta(seconds=config.shutdown_grace_s),
+                **_limits(config),
+            )
+            freeze_startup_heap()
+            state.worker = worker
+            logger.info(
+                "worker %s on %s, namespace %s, task queue %s",
+                client.identity,
+                address,
+                settings.namespace,
+                settings.task_queue,
+            )
+            grace_s = config.shutdown_grace_s
 
-        def drain() -> None:
-            state.draining = True
-            logger.info("shutting down: up to %g s for running activities", grace_s)
+            def drain() -> None:
+                state.draining = True
+                logger.info("shutting down: up to %g s for running activities", grace_s)
 
-        await run_until_signalled(worker, drain)
+            await run_until_signalled(worker, drain)
         logger.info("worker %s stopped", client.identity)
     finally:
         state.finished = True

@@ -14,7 +14,8 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.process.assembly import build_worker, connect
+from activities.mcp import McpServerConfig
+from worker.process.assembly import build_worker, connect, mcp_servers_running
 from worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from worker.settings import ClientOptions, ConfigError, Settings
 
@@ -44,20 +45,29 @@ class TemporalConnection:
 
     @asynccontextmanager
     async def worker(
-        self, tool_modules: Sequence[str] = (), *, task_queue: str | None = None
+        self,
+        tool_modules: Sequence[str] = (),
+        *,
+        task_queue: str | None = None,
+        mcp_servers: Sequence[McpServerConfig] = (),
     ) -> AsyncIterator[None]:
         """Run an in-process worker while the block runs, when the server is embedded.
 
         Args:
             tool_modules: tool modules to load.
             task_queue: the queue to poll (a session's own); default ``KEEL_TASK_QUEUE``.
+            mcp_servers: MCP servers for the worker, connected before the block starts.
+
+        Raises:
+            McpServerError: an MCP server did not start (before the block runs).
         """
         if self.server is None:
             yield
             return
         queue = task_queue or self.settings.task_queue
-        async with build_worker(self.client, queue, tool_modules):
-            yield
+        async with mcp_servers_running(mcp_servers) as mcp:
+            async with build_worker(self.client, queue, tool_modules, mcp_servers=mcp or ()):
+                yield
 
 
 def client_options(settings: Settings) -> ClientOptions:
