@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import threading
 import time
@@ -218,28 +217,22 @@ class ModelActivities:
             terms = None if described is None else [t.terms() for t in described]
             return view, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
 
-        work: asyncio.Future[tuple[ModelResponse, dict[str, object]]]
-        if is_async_provider(provider):
-            asynchronous = provider
-
-            async def on_loop() -> tuple[ModelResponse, dict[str, object]]:
+        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+            if is_async_provider(provider):
                 if self.store.inline_io:
                     view, extra = prepare()
                 else:
                     view, extra = await asyncio.to_thread(prepare)
-                return await asynchronous.converse(view, progress), extra
-
-            work = asyncio.ensure_future(on_loop())
-        else:
+                return await provider.converse(view, progress), extra
             blocking = provider
 
             def in_thread() -> tuple[ModelResponse, dict[str, object]]:
                 view, extra = prepare()
                 return blocking.converse(view, progress), extra
 
-            # asyncio.to_thread without its coroutine and task: a future of the default executor.
-            loop = asyncio.get_running_loop()
-            work = loop.run_in_executor(None, contextvars.copy_context().run, in_thread)
+            return await asyncio.to_thread(in_thread)
+
+        work = asyncio.ensure_future(answer())
         stalled = False
 
         def beat() -> bool:
