@@ -199,12 +199,11 @@ class ModelActivities:
     ) -> tuple[ModelResponse, dict[str, object]]:
         """The provider's answer, and what the activity adds to it.
 
-        A blocking provider runs in a thread with the store reads and writes before it; an
-        async one runs on the loop, and so do they when the store's I/O is local
-        (``ConversationStore.inline_io``): no thread hop at all for a scripted model and a
-        local store. Either way the call heartbeats on the loop's timer, and a started stream
-        that goes quiet for ``STREAM_STALL_S`` is cancelled (``stalled`` tells that apart from
-        the activity's own cancellation).
+        The store's reads and writes run in a thread (``asyncio.to_thread``); a blocking
+        provider runs in that same thread after them, an async one on the loop. Either way the
+        call heartbeats on the loop's timer, and a started stream that goes quiet for
+        ``STREAM_STALL_S`` is cancelled (``stalled`` tells that apart from the activity's own
+        cancellation).
         """
         spec = request.model
         if provider_imported(spec):
@@ -219,10 +218,10 @@ class ModelActivities:
 
         async def answer() -> tuple[ModelResponse, dict[str, object]]:
             if is_async_provider(provider):
-                if self.store.inline_io:
-                    view, extra = prepare()
-                else:
-                    view, extra = await asyncio.to_thread(prepare)
+                # The store's work in a thread even when it is local: doing it on the loop
+                # (``ConversationStore.inline_io``) moved no benchmark figure by 5% consistently
+                # (issue 19; figures and command in docs/performance.md).
+                view, extra = await asyncio.to_thread(prepare)
                 return await provider.converse(view, progress), extra
             blocking = provider
 
