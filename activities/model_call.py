@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import threading
 import time
@@ -206,12 +205,11 @@ class ModelActivities:
     ) -> tuple[ModelResponse, dict[str, object]]:
         """The provider's answer, and what the activity adds to it.
 
-        A blocking provider runs in a thread with the store reads and writes before it; an
-        async one runs on the loop, and so do they when the store's I/O is local
-        (``ConversationStore.inline_io``): no thread hop at all for a scripted model and a
-        local store. Either way the call heartbeats on the loop's timer, and a started stream
-        that goes quiet for ``STREAM_STALL_S`` is cancelled (``stalled`` tells that apart from
-        the activity's own cancellation).
+        The store's reads and writes run in a thread (``asyncio.to_thread``); a blocking
+        provider runs in that same thread after them, an async one on the loop. Either way the
+        call heartbeats on the loop's timer, and a started stream that goes quiet for
+        ``STREAM_STALL_S`` is cancelled (``stalled`` tells that apart from the activity's own
+        cancellation).
         """
         spec = request.model
         if provider_imported(spec):
@@ -224,28 +222,22 @@ class ModelActivities:
             terms = None if described is None else [t.terms() for t in described]
             return view, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
 
-        work: asyncio.Future[tuple[ModelResponse, dict[str, object]]]
-        if is_async_provider(provider):
-            asynchronous = provider
-
-            async def on_loop() -> tuple[ModelResponse, dict[str, object]]:
-                if self.store.inline_io:
-                    view, extra = prepare()
-                else:
-                    view, extra = await asyncio.to_thread(prepare)
-                return await asynchronous.converse(view, progress), extra
-
-            work = asyncio.ensure_future(on_loop())
-        else:
+        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+            if is_async_provider(provider):
+                # The store's work in a thread even when it is local: doing it on the loop
+                # (``ConversationStore.inline_io``) moved no benchmark figure by 5% consistently
+                # (issue 19; figures and command in docs/performance.md).
+                view, extra = await asyncio.to_thread(prepare)
+                return await provider.converse(view, progress), extra
             blocking = provider
 
             def in_thread() -> tuple[ModelResponse, dict[str, object]]:
                 view, extra = prepare()
                 return blocking.converse(view, progress), extra
 
-            # asyncio.to_thread without its coroutine and task: a future of the default executor.
-            loop = asyncio.get_running_loop()
-            work = loop.run_in_executor(None, contextvars.copy_context().run, in_thread)
+            return await asyncio.to_thread(in_thread)
+
+        work = asyncio.ensure_future(answer())
         stalled = False
 
         def beat() -> bool:

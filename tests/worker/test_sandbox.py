@@ -35,6 +35,24 @@ def test_this_temporalio_has_the_instance_class_keel_extends() -> None:
     assert compiled_code_active()
 
 
+async def test_without_the_private_class_the_worker_uses_the_stock_sandbox(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What a temporalio release that moves ``_runner._Instance`` gets: the stock sandbox, a
+    # warning, and replays that still pass.
+    monkeypatch.setattr(sandbox, "_Instance", None)
+    assert not compiled_code_active()
+    runner = sandbox_runner()
+    assert "stock sandbox" in caplog.text
+    path = next(p for p in RECORDED if p.parent == HISTORIES)
+    replayer = Replayer(
+        workflows=[AgentSession], data_converter=DATA_CONVERTER, workflow_runner=runner
+    )
+    compiled.cache_clear()
+    await replayer.replay_workflow(_load(path))
+    assert compiled.cache_info().hits == compiled.cache_info().misses == 0
+
+
 async def test_a_replay_runs_compiled_code_and_compiles_nothing_twice() -> None:
     path = next(p for p in RECORDED if p.parent == HISTORIES)
     replayer = Replayer(
