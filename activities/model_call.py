@@ -224,9 +224,9 @@ class ModelActivities:
 
         async def answer() -> tuple[ModelResponse, dict[str, object]]:
             if is_async_provider(provider):
-                # The store's work in a thread even when it is local: doing it on the loop
-                # (``ConversationStore.inline_io``) moved no benchmark figure by 5% consistently
-                # (issue 19; figures and command in docs/performance.md).
+                # The store's work in a thread even when it is local: doing it on the loop moved
+                # no benchmark figure by 5% consistently (figures and command in
+                # docs/performance.md, "Tricks on temporalio's internals").
                 view, extra = await asyncio.to_thread(prepare)
                 return await provider.converse(view, progress), extra
             blocking = provider

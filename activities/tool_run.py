@@ -64,16 +64,14 @@ class ToolActivities:
     async def run(self, request: ToolRequest) -> ToolResponse:
         """Run one tool call (see ``run_tool``) and store its result.
 
-        A tool's result is stored in the thread that ran the (sync) tool; after an async one,
-        on the loop when the store's I/O is local (``inline_io``), else in a worker thread.
-        An error result the activity made itself travels inline.
+        A tool's result is stored in the thread that ran the (sync) tool, after an async one
+        in a worker thread: never on the event loop. An error result the activity made itself
+        travels inline.
 
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await run_tool(
-            request, keep=self._keep, keep_blocks=not self.store.inline_io, mcp=self.mcp
-        )
+        return await run_tool(request, keep=self._keep, mcp=self.mcp)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
         """Store a tool's result; the response then names it by digest too."""
@@ -85,7 +83,6 @@ class ToolActivities:
 async def run_tool(
     request: ToolRequest,
     keep: Callable[[ToolResponse], ToolResponse] | None = None,
-    keep_blocks: bool = True,
     mcp: McpServers | None = None,
 ) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
@@ -95,8 +92,6 @@ async def run_tool(
             here; zero or less means none).
         keep: called with the response built from the tool's return value; its answer is
             returned instead.
-        keep_blocks: whether ``keep`` blocks, so that after an async tool it must run in a
-            thread (after a sync tool it runs in the tool's thread anyway).
         mcp: the worker's MCP servers; a tool of theirs is called on its server.
 
     Returns:
@@ -114,7 +109,7 @@ async def run_tool(
         assert mcp is not None
         if not isinstance(use.input, dict):
             return _error(use.toolUseId, f"invalid input for tool {use.name!r}: not an object")
-        job = _invoke_mcp(mcp, remote, request, keep, keep_blocks)
+        job = _invoke_mcp(mcp, remote, request, keep)
     else:
         entry = get_tool(use.name)
         if entry is None:
@@ -132,7 +127,7 @@ async def run_tool(
             answers=request.answers,
         )
         finish = functools.partial(_finish, use.name, use.toolUseId, keep)
-        job = _invoke(entry, ctx, kwargs, finish, keep_blocks)
+        job = _invoke(entry, ctx, kwargs, finish)
     timeout = request.timeout_s if request.timeout_s > 0 else None
     task = asyncio.ensure_future(job)
     task.add_done_callback(_drain)
@@ -219,18 +214,15 @@ async def _invoke(
     ctx: ToolContext,
     kwargs: dict[str, Any],
     finish: Callable[[Any], ToolResponse],
-    finish_blocks: bool,
 ) -> ToolResponse:
-    """Call the tool, then ``finish`` its value.
+    """Call the tool, then ``finish`` its value (which stores it: blocking I/O).
 
     A sync tool does both in one pool thread; an async one runs on the loop, and ``finish``
-    runs there too unless it blocks.
+    in a thread after it.
     """
     args: tuple[Any, ...] = (ctx,) if entry.takes_context else ()
     if entry.is_async:
         value = await entry.fn(*args, **kwargs)
-        if not finish_blocks:
-            return finish(value)
         return await asyncio.to_thread(finish, value)
 
     def call() -> ToolResponse:
@@ -246,7 +238,6 @@ async def _invoke_mcp(
     tool: McpTool,
     request: ToolRequest,
     keep: Callable[[ToolResponse], ToolResponse] | None,
-    keep_blocks: bool,
 ) -> ToolResponse:
     """Call an MCP tool on its server; its result (``isError`` an error one) is kept as usual.
 
@@ -262,8 +253,6 @@ async def _invoke_mcp(
         status="error" if answer.is_error else "success",
         content=result_content(answer),
     )
-    if not keep_blocks:
-        return _checked(use.name, keep, result)
     return await asyncio.to_thread(_checked, use.name, keep, result)
 
 

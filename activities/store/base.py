@@ -38,12 +38,8 @@ class StoreCorrupt(StoreError):
 class BlobBackend(Protocol):
     """Where bytes live: a local directory, an S3 bucket.
 
-    ``inline_io`` says whether a put or get is quick enough to run on the worker's event
-    loop (a small file on a local disk, no network, no fsync). Keel then stores and reads
-    without a thread hop; a backend without the attribute is treated as blocking.
+    Its calls block: Keel's activities make them in a worker thread, never on the event loop.
     """
-
-    inline_io: bool
 
     def put(self, key: str, data: bytes) -> None:
         """Store bytes under a key; storing the same bytes again is harmless."""
@@ -84,11 +80,6 @@ class ConversationStore:
         self._messages: OrderedDict[str, Message] = OrderedDict()
         self._prefixes: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._documents: OrderedDict[str, Any] = OrderedDict()
-
-    @property
-    def inline_io(self) -> bool:
-        """Whether this store's calls may run on the event loop (see ``BlobBackend``)."""
-        return bool(getattr(self.backend, "inline_io", False))
 
     def extend(self, prefix: PrefixRef | None, messages: Sequence[Message]) -> PrefixRef | None:
         """Store messages after a prefix; returns the reference to the longer prefix.

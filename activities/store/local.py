@@ -15,13 +15,8 @@ _TEMP_ATTEMPTS = 5
 class LocalBackend:
     """Objects as files under a root directory (``msg/ab/abcd...``).
 
-    Objects are small (a message, a tool result of at most 1 MB) and written without fsync,
-    so a put or get takes tens of microseconds of the calling thread, like a log line:
-    Keel's activities do them on the event loop (``inline_io``) rather than pay a thread hop
-    each. A root on a network filesystem would block the loop; put the store in S3 instead.
+    Objects are small (a message, a tool result of at most 1 MB) and written without fsync.
     """
-
-    inline_io = True
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         """Use (and create on first write) a root directory."""

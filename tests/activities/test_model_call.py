@@ -75,8 +75,7 @@ class SyncProbe:
 class _Backend:
     """An in-memory blob backend that notes the threads it is called from."""
 
-    def __init__(self, inline_io: bool) -> None:
-        self.inline_io = inline_io
+    def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
         self.threads: set[int] = set()
 
@@ -108,15 +107,12 @@ def request(model: str) -> ModelRequest:
     )
 
 
-@pytest.mark.parametrize("inline_io", [False, True])
 @pytest.mark.parametrize(
     ("model", "provider_on_loop"), [("probe-async:", True), ("probe-sync:", False)]
 )
-async def test_a_thread_is_taken_only_for_what_blocks(
-    model: str, provider_on_loop: bool, inline_io: bool
-) -> None:
-    # The store's work takes a thread even when the store is local (``inline_io``).
-    backend = _Backend(inline_io)
+async def test_a_thread_is_taken_only_for_what_blocks(model: str, provider_on_loop: bool) -> None:
+    # The store's work takes a thread, even when the store is a local directory.
+    backend = _Backend()
     activities = ModelActivities(ConversationStore(backend))
     response = await ActivityEnvironment().run(activities.converse, request(model))
     loop_thread = threading.get_ident()
@@ -140,7 +136,7 @@ async def test_a_stream_that_stalls_fails_the_attempt(
 ) -> None:
     monkeypatch.setattr(model_call, "HEARTBEAT_EVERY_S", 0.05)
     monkeypatch.setattr(model_call, "STREAM_STALL_S", 0.3)
-    activities = ModelActivities(ConversationStore(_Backend(inline_io=True)))
+    activities = ModelActivities(ConversationStore(_Backend()))
     started = time.monotonic()
     with pytest.raises(ApplicationError, match="stalled") as raised:
         await ActivityEnvironment().run(activities.converse, request(model))
@@ -153,7 +149,7 @@ async def test_an_async_provider_heartbeats_its_progress(monkeypatch: pytest.Mon
     env = ActivityEnvironment()
     beats: list[Any] = []
     env.on_heartbeat = lambda *details: beats.append(details[0])
-    activities = ModelActivities(ConversationStore(_Backend(inline_io=True)))
+    activities = ModelActivities(ConversationStore(_Backend()))
     await env.run(activities.converse, request("probe-async:slow"))
     assert beats, "no heartbeat while the provider streamed"
     texts = [b["text"] for b in beats]
@@ -162,7 +158,7 @@ async def test_an_async_provider_heartbeats_its_progress(monkeypatch: pytest.Mon
 
 async def test_cancelling_the_activity_cancels_an_async_provider() -> None:
     env = ActivityEnvironment()
-    activities = ModelActivities(ConversationStore(_Backend(inline_io=True)))
+    activities = ModelActivities(ConversationStore(_Backend()))
     call = asyncio.ensure_future(env.run(activities.converse, request("probe-async:hang")))
     await asyncio.sleep(0.2)
     env.cancel()

@@ -410,10 +410,7 @@ async def test_cancelling_a_running_sample_tool_raises() -> None:
 class _Backend:
     """An in-memory blob backend that can be told to fail its writes; notes writers' threads."""
 
-    inline_io = False
-
-    def __init__(self, inline_io: bool = False) -> None:
-        self.inline_io = inline_io
+    def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
         self.broken = False
         self.threads: set[int] = set()
@@ -428,15 +425,14 @@ class _Backend:
         return self.blobs[key]
 
 
-@pytest.mark.parametrize("inline_io", [False, True])
 @pytest.mark.parametrize(
     ("name", "tool_input"),
     [("big", {"size": 40}), ("slow", {"seconds": 0.01, "label": "done"})],  # sync, async
 )
 async def test_tool_activity_stores_the_result_it_returns(
-    name: str, tool_input: dict[str, Any], inline_io: bool
+    name: str, tool_input: dict[str, Any]
 ) -> None:
-    backend = _Backend(inline_io)
+    backend = _Backend()
     store = ConversationStore(backend)
     request = make_request(name, tool_input)
     response = await ActivityEnvironment().run(ToolActivities(store).run, request)
@@ -444,10 +440,9 @@ async def test_tool_activity_stores_the_result_it_returns(
     assert response.digest is not None
     stored = ConversationStore(backend).get_document(response.digest)
     assert stored == {"toolResult": response.result.model_dump(mode="json")}
-    # A sync tool's result is stored in the tool's thread; an async tool's on the event loop
-    # when the store's I/O is local, else in a worker thread.
-    on_loop = inline_io and name == "slow"
-    assert (backend.threads == {threading.get_ident()}) is on_loop, backend.threads
+    # A sync tool's result is stored in the tool's thread, an async tool's in a worker thread:
+    # never on the event loop.
+    assert backend.threads and threading.get_ident() not in backend.threads, backend.threads
 
 
 async def test_a_store_failure_fails_the_attempt_instead_of_reaching_the_model() -> None:
