@@ -134,7 +134,10 @@ async def test_sessions_spread_across_workers_and_survive_losing_one(
     ran: list[tuple[str, str, int]] = []
     for session in sessions:
         ran += await activity_identities(client, session)
-    assert {identity for _, identity, _ in ran} == set(identities)
+    # History names the worker of each activity's last attempt only: the killed worker may
+    # have finished nothing (the spread is shown above, by the tools both were running).
+    finished_by = {identity for _, identity, _ in ran}
+    assert identities[1] in finished_by and finished_by <= set(identities), finished_by
     # every tool lost with the killed worker was retried, and finished, on the other one
     for session in lost:
         slow = [r for r in await activity_identities(client, session) if r[0] == TOOL_ACTIVITY]
