@@ -54,6 +54,13 @@ with workflow.unsafe.imports_passed_through():
         text_block,
         tool_uses,
     )
+    from workflows.structured import (
+        OUTPUT_TOOL,
+        accepted_output,
+        closing_results,
+        output_tool_spec,
+        rejection,
+    )
     from workflows.tool_policies import judge
 
 INPUT_REJECTED = "KeelInputRejected"
@@ -198,7 +205,21 @@ class AgentSession(SessionHandlers):
         if stop == "tool_use" and uses:
             conflicts = id_conflicts(uses, ledger.tool_use_ids)
             if not conflicts:
+                accepted = accepted_output(uses, response.output_errors)
+                if accepted is not None:  # structured output: the turn ends, nothing else runs
+                    ledger.append(record, message)
+                    results = closing_results(uses, accepted)
+                    ledger.append(record, results_message(uses, results))
+                    record.output = accepted.input
+                    ledger.end_turn(record, "completed", stop)
+                    return True
                 ledger.cycle = PendingCycle(turn_id=record.turn_id, cycle=cycle, message=message)
+                if self._config.output_schema is not None:
+                    for use in uses:  # invalid structured output: the model is told why
+                        if use.name == OUTPUT_TOOL:
+                            ledger.cycle.results[use.toolUseId] = rejection(
+                                use, response.output_errors
+                            )
                 await self._run_tools(record, ledger.cycle)
                 return False
             ledger.append(record, close_unexecuted(message, "duplicate toolUseId"))
@@ -225,6 +246,7 @@ class AgentSession(SessionHandlers):
         ledger = self._ledger
         sending = len(ledger.messages)
         tail, refs = ledger.model_tail()
+        describing = ledger.tools_digest is None
         self._model_call = workflow.start_activity(
             MODEL_ACTIVITY,
             ModelRequest(
@@ -240,9 +262,11 @@ class AgentSession(SessionHandlers):
                 # Without a digest of the session's specs (its first call), the activity
                 # describes them: the workflow keeps only their terms, never what the model
                 # must see.
-                describe_modules=self._config.tool_modules if ledger.tools_digest is None else None,
+                describe_modules=self._config.tool_modules if describing else None,
                 inference=self._config.inference,
                 context_messages=self._config.context_messages,
+                extra_tools=self._extra_tools() if describing else None,
+                output_tool=OUTPUT_TOOL if self._config.output_schema is not None else None,
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,
@@ -262,6 +286,12 @@ class AgentSession(SessionHandlers):
         if ledger.tools is None:  # this call described the session's tools
             ledger.tools = response.tools or []
         return response
+
+    def _extra_tools(self) -> list[ToolSpec] | None:
+        """The tools the session itself offers: the structured-output tool."""
+        if self._config.output_schema is None:
+            return None
+        return [output_tool_spec(self._config.output_schema)]
 
     async def _run_tools(self, record: TurnRecord, pending: PendingCycle) -> None:
         """Run the cycle's tools, then append the message with its results (S5).
@@ -506,6 +536,4 @@ class AgentSession(SessionHandlers):
         workflow.logger.info(
             "continuing as new: run %s, %s messages", ledger.run + 1, ledger.message_count
         )
-        workflow.continue_as_new(
-            SessionInput(config=self._config, carried=ledger.for_next_run())
-        )
+        workflow.continue_as_new(SessionInput(config=self._config, carried=ledger.for_next_run()))

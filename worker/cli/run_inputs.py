@@ -11,11 +11,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from activities.mcp import McpServerConfig, parse_mcp_spec
 from activities.models import ModelError, parse_model_spec
+from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
@@ -36,6 +38,7 @@ _FLAGS = {
     "approval_timeout_s": "--approval-timeout",
     "max_cycles_per_turn": "--max-cycles",
     "max_session_tokens": "--token-budget",
+    "output_schema": "--output-schema",
 }
 
 
@@ -104,9 +107,33 @@ def new_session_config(args: argparse.Namespace, model: str | None) -> SessionCo
             approval_timeout_s=args.approval_timeout,
             max_cycles_per_turn=args.max_cycles,
             max_session_tokens=args.token_budget,
+            output_schema=read_output_schema(args.output_schema),
         )
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def read_output_schema(path: str | None) -> dict[str, Any] | None:
+    """The JSON Schema of ``--output-schema FILE``, checked; None without the flag.
+
+    Raises:
+        UsageError: the file cannot be read, is not JSON, or is not a JSON Schema.
+    """
+    if path is None:
+        return None
+    where = local_path(path)
+    try:
+        schema = json.loads(where.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--output-schema {path}: cannot read {where}: {err}") from err
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--output-schema {path}: not valid JSON: {err}") from err
+    try:
+        check_output_schema(schema)
+    except OutputSchemaError as err:
+        raise UsageError(f"--output-schema {path}: {err}") from err
+    assert isinstance(schema, dict)  # check_output_schema refuses anything else
+    return schema
 
 
 def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.reading import (
     ENDED,
     POLL_MAX_S,
@@ -120,6 +121,11 @@ class KeelClient(SessionReader):
             validate_prompt(update.role, update.content)
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
+        if config is not None and config.output_schema is not None:
+            try:  # a schema the model activity would refuse: refused before the session starts
+                check_output_schema(config.output_schema)
+            except OutputSchemaError as err:
+                raise RequestRejected(str(err)) from err
         if config is None:
             return await self._ask(
                 session_id,
