@@ -4,6 +4,7 @@ Public surface::
 
     from worker import KeelClient, connect          # talk to sessions
     from worker import build_worker, Settings       # run a worker in your own process
+    from worker import KeelPlugin                   # Keel inside your own Temporal app
     from worker import RequestRejected, SessionNotFound, SessionClosed, NoWorker
     from worker import load_agent_file, AgentFile, AgentFileError  # agent files
 
@@ -29,13 +30,14 @@ from worker.client import (
     WorkerWait,
     load_agent_file,
 )
-from worker.process import build_worker, connect
+from worker.process import KeelPlugin, build_worker, connect
 from worker.settings import Settings
 
 __all__ = [
     "AgentFile",
     "AgentFileError",
     "KeelClient",
+    "KeelPlugin",
     "NoWorker",
     "RequestRejected",
     "SessionClosed",

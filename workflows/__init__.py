@@ -5,12 +5,14 @@ Imports only the standard library, temporalio, pydantic and its own modules. Pub
     from workflows import AgentSession, SessionConfig, SessionInput    # the workflow
     from workflows import Message, ContentBlock, ToolUse, ToolResult    # Converse messages
     from workflows import tool_policy, Verdict                          # tool policies
+    from workflows import run_agent, AgentResult                        # agents in your workflow
 
 The modules behind it are internal: ``session`` (the loop), ``handlers`` (updates, signals,
 queries), ``ledger`` (the state), ``contracts`` and ``activity_contracts`` (typed inputs and
 outputs), ``boundary`` and ``approvals`` (security checks), ``cycle``, ``activity_options``.
 """
 
+from workflows.agents import AgentResult, run_agent
 from workflows.approvals import UnknownInterrupt
 from workflows.boundary import InputRejected
 from workflows.contracts import (
@@ -50,6 +52,7 @@ from workflows.session import AgentSession
 from workflows.tool_policies import Verdict, tool_policy
 
 __all__ = [
+    "AgentResult",
     "AgentSession",
     "Answer",
     "CancelAck",
@@ -82,6 +85,7 @@ __all__ = [
     "TurnRecord",
     "UnknownInterrupt",
     "Verdict",
+    "run_agent",
     "text_block",
     "tool_policy",
 ]

@@ -320,11 +320,17 @@ class SessionState(KeelModel):
 
 
 class SessionResult(KeelModel):
-    """Result of a closed session."""
+    """Result of a closed session.
+
+    Attributes:
+        last_turn: the session's last turn: for a single-turn session (``run_agent``, a
+            sub-agent), its one turn.
+    """
 
     session_id: str
     turns: int
     usage: TokenUsage
+    last_turn: TurnRecord | None = None
 
 
 

@@ -103,6 +103,8 @@ class Ledger(KeelModel):
         prompt_updates: ids of accepted ``prompt`` updates, with their turns.
         update_acks: answers (JSON) of accepted ``steer``, ``decide``, ``respond`` and
             ``cancel`` updates, by ``<update name>/<update id>``.
+        single_turn: the session closes once its first turn ends (a child session started
+            by ``run_agent`` or by a sub-agent tool).
     """
 
     run: int = 1
@@ -126,6 +128,7 @@ class Ledger(KeelModel):
     closed: bool = False
     prompt_updates: dict[str, int] = Field(default_factory=dict)
     update_acks: dict[str, str] = Field(default_factory=dict)
+    single_turn: bool = False
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -396,9 +399,12 @@ class SessionInput(KeelModel):
         messages: imported history; normalised (S3), its tool uses never executed.
         prompt: optional first prompt, queued as turn 1.
         carried: set only by continue-as-new: the previous run's ledger.
+        single_turn: close the session once its first turn ends, returning that turn in
+            ``SessionResult.last_turn`` (``run_agent``, sub-agents).
     """
 
     config: SessionConfig
     messages: list[Message] = Field(default_factory=list)
     prompt: list[ContentBlock] | None = None
     carried: Ledger | None = None
+    single_turn: bool = False

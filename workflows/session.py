@@ -115,6 +115,7 @@ class AgentSession(SessionHandlers):
                 self._init_error = f"start prompt rejected: {err}"
             else:
                 self._ledger.enqueue(input.prompt)
+        self._ledger.single_turn = input.single_turn
 
     # ----------------------------------------------------------------------------- turns
 
@@ -126,6 +127,7 @@ class AgentSession(SessionHandlers):
         ledger = self._ledger
         if ledger.current is not None:  # a turn carried over from the previous run
             await self._run_turn(ledger.current)
+            ledger.closing = ledger.closing or ledger.single_turn
         while True:
             await workflow.wait_condition(
                 lambda: bool(ledger.queue) or ledger.closing or self._history_full()
@@ -135,6 +137,7 @@ class AgentSession(SessionHandlers):
             if not ledger.queue:
                 break
             await self._run_turn(ledger.start_next_turn())
+            ledger.closing = ledger.closing or ledger.single_turn
         ledger.closed = True
         ledger.emit("session_closed")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -142,6 +145,7 @@ class AgentSession(SessionHandlers):
             session_id=workflow.info().workflow_id,
             turns=len(ledger.turns),
             usage=ledger.usage,
+            last_turn=ledger.turns[max(ledger.turns)] if ledger.turns else None,
         )
 
     async def _run_turn(self, record: TurnRecord) -> None:
