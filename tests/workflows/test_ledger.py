@@ -87,6 +87,7 @@ def every_field_set() -> Ledger:
         closed=True,
         prompt_updates={"up-1": 4},
         update_acks={"steer/up-2": '{"turn_id":3}'},
+        single_turn=True,
     )
 
 
