@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -41,13 +42,12 @@ async def pending_of(keel: KeelClient, session: str) -> list[Interrupt]:
 
 
 async def test_pipeline_with_approval_on_plain_worker(
-    client: Client, task_queue: str, store: ConversationStore, script: Script
+    client: Client, task_queue: str, store: ConversationStore, script: Script, tmp_path: Path
 ) -> None:
+    draft = tmp_path / "draft.txt"
     config = script(
         [
-            respond(
-                tool_use("w1", "guarded_record", path="draft.txt", value="v1"), stop="tool_use"
-            ),
+            respond(tool_use("w1", "guarded_record", path=str(draft), value="v1"), stop="tool_use"),
             respond(
                 text("drafted"), tool_use("f1", "final_result", title="On cats"), stop="tool_use"
             ),
@@ -84,6 +84,7 @@ async def test_pipeline_with_approval_on_plain_worker(
     assert result.agent.output == {"title": "On cats"}
     assert result.published == "published: drafted"
     assert result.agent.usage.totalTokens == 40
+    assert draft.read_text() == "v1\n"  # run once, after the approval
     assert state.status == "closed" or state.status == "idle"
 
 
