@@ -34,6 +34,7 @@ from workflows.contracts import (
     StateQuery,
     SteerAck,
     SteerInput,
+    SubAgent,
     TurnRecord,
 )
 from workflows.ledger import SessionInput
@@ -78,6 +79,7 @@ __all__ = [
     "StateQuery",
     "SteerAck",
     "SteerInput",
+    "SubAgent",
     "TokenUsage",
     "ToolResult",
     "ToolResultContent",

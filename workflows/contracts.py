@@ -107,6 +107,8 @@ class SessionConfig(KeelModel):
         output_schema: a JSON Schema for the turn's structured output: the model is offered
             a tool ``final_result`` taking it, and a valid call ends the turn with its input
             as ``TurnRecord.output``.
+        agents: sub-agents by name, each offered to the model as a tool of that name taking
+            ``{"prompt": string}``; a call runs one turn of a child session.
     """
 
     model: str = Field(min_length=1)
@@ -123,6 +125,17 @@ class SessionConfig(KeelModel):
     continue_as_new_events: int = Field(default=10_000, ge=20)
     continue_as_new_bytes: int = Field(default=20_000_000, ge=100_000)
     output_schema: dict[str, Any] | None = None
+    agents: dict[str, SubAgent] = Field(default_factory=dict)
+
+
+class SubAgent(KeelModel):
+    """A sub-agent: how its parent's model sees it, and its own session's configuration."""
+
+    description: str = Field(min_length=1)
+    config: SessionConfig
+
+
+SessionConfig.model_rebuild()
 
 
 class PromptInput(KeelModel):
@@ -319,6 +332,13 @@ class SessionState(KeelModel):
     run: int = 1
 
 
+class ChildInterrupts(KeelModel):
+    """Input of the ``child_interrupts`` signal: a sub-agent's interrupts, for its parent."""
+
+    child_id: str
+    interrupts: list[Interrupt]
+
+
 class SessionResult(KeelModel):
     """Result of a closed session.
 
@@ -331,9 +351,3 @@ class SessionResult(KeelModel):
     turns: int
     usage: TokenUsage
     last_turn: TurnRecord | None = None
-
-
-
-
-
-

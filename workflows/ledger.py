@@ -105,6 +105,10 @@ class Ledger(KeelModel):
             ``cancel`` updates, by ``<update name>/<update id>``.
         single_turn: the session closes once its first turn ends (a child session started
             by ``run_agent`` or by a sub-agent tool).
+        parent_session: for a sub-agent's session, its parent's id: it reports its
+            interrupts there (signal ``child_interrupts``).
+        mirrored: interrupts of sub-agents shown in this session, with the child's id:
+            decided here, the decision is forwarded to the child.
     """
 
     run: int = 1
@@ -129,6 +133,8 @@ class Ledger(KeelModel):
     prompt_updates: dict[str, int] = Field(default_factory=dict)
     update_acks: dict[str, str] = Field(default_factory=dict)
     single_turn: bool = False
+    parent_session: str | None = None
+    mirrored: dict[str, str] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -401,6 +407,7 @@ class SessionInput(KeelModel):
         carried: set only by continue-as-new: the previous run's ledger.
         single_turn: close the session once its first turn ends, returning that turn in
             ``SessionResult.last_turn`` (``run_agent``, sub-agents).
+        parent_session: the parent session of a sub-agent's session.
     """
 
     config: SessionConfig
@@ -408,3 +415,4 @@ class SessionInput(KeelModel):
     prompt: list[ContentBlock] | None = None
     carried: Ledger | None = None
     single_turn: bool = False
+    parent_session: str | None = None

@@ -35,7 +35,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.approvals import denial_text, needs_approval
     from workflows.boundary import InputRejected, normalise_history, validate_prompt
-    from workflows.contracts import Interrupt, InterruptKind, SessionResult, ToolSpec, TurnRecord
+    from workflows.contracts import (
+        Answer,
+        Decision,
+        Interrupt,
+        InterruptKind,
+        SessionResult,
+        ToolSpec,
+        TurnRecord,
+    )
     from workflows.cycle import (
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
@@ -43,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         id_conflicts,
         results_message,
     )
-    from workflows.handlers import SessionHandlers
     from workflows.ledger import Ledger, PendingCycle, SessionInput
     from workflows.messages import (
         ContentBlock,
@@ -61,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         output_tool_spec,
         rejection,
     )
+    from workflows.sub_agents import SubAgentSessions, sub_agent_specs
     from workflows.tool_policies import judge
 
 INPUT_REJECTED = "KeelInputRejected"
@@ -81,7 +89,7 @@ def _failure_text(err: BaseException) -> str:
 
 
 @workflow.defn(name="AgentSession")
-class AgentSession(SessionHandlers):
+class AgentSession(SubAgentSessions):
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
@@ -92,6 +100,8 @@ class AgentSession(SessionHandlers):
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
+        self._children: dict[str, str] = {}
+        self._forward: list[tuple[str, Decision | Answer]] = []
         self._held = deque(maxlen=HELD_SIGNALS_KEPT)
         self._continuing = False
         self._ledger = Ledger()
@@ -116,6 +126,7 @@ class AgentSession(SessionHandlers):
             else:
                 self._ledger.enqueue(input.prompt)
         self._ledger.single_turn = input.single_turn
+        self._ledger.parent_session = input.parent_session
 
     # ----------------------------------------------------------------------------- turns
 
@@ -292,10 +303,12 @@ class AgentSession(SessionHandlers):
         return response
 
     def _extra_tools(self) -> list[ToolSpec] | None:
-        """The tools the session itself offers: the structured-output tool."""
-        if self._config.output_schema is None:
-            return None
-        return [output_tool_spec(self._config.output_schema)]
+        """The tools the session itself offers: sub-agents, the structured-output tool."""
+        config = self._config
+        extra = sub_agent_specs(config.agents)
+        if config.output_schema is not None:
+            extra.append(output_tool_spec(config.output_schema))
+        return extra or None
 
     async def _run_tools(self, record: TurnRecord, pending: PendingCycle) -> None:
         """Run the cycle's tools, then append the message with its results (S5).
@@ -354,7 +367,9 @@ class AgentSession(SessionHandlers):
             refused := await self._approval(record, use, verdict.reason)
         ).status != "approved":
             refusal = denial_text(refused)
-        if refusal is None:
+        if refusal is None and use.name in self._config.agents:
+            result = await self._run_sub_agent(record.turn_id, use)
+        elif refusal is None:
             assert spec is not None  # an unknown tool is refused above
             result = await self._run_until_answered(record, pending, use, spec)
         else:
@@ -488,6 +503,7 @@ class AgentSession(SessionHandlers):
         """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
         if interrupt.status != "pending":
             return
+        await self._report_to_parent()
         ledger = self._ledger
         remaining = None
         if interrupt.expires_at is not None:
@@ -506,6 +522,7 @@ class AgentSession(SessionHandlers):
             )
         if interrupt.status == "pending":  # the turn was cancelled while it waited
             ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
+        await self._report_to_parent()
 
     def _check_cancel(self) -> None:
         if self._ledger.cancel_reason is not None:
@@ -526,6 +543,7 @@ class AgentSession(SessionHandlers):
         """Safe to continue-as-new mid-cycle: no tool in flight, only humans awaited."""
         return (
             not self._tool_calls
+            and not self._children
             and bool(self._ledger.pending_interrupts())
             and self._ledger.cancel_reason is None
             and self._history_full()

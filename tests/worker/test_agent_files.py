@@ -53,6 +53,8 @@ output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }}
     sub = agent.agents["researcher"]
     assert sub.description == "Finds facts." and sub.config.system == "You research."
     assert sub.config.model == config.model  # inherited
+    assert config.agents["researcher"].description == "Finds facts."  # what the session offers
+    assert config.agents["researcher"].config == sub.config
     assert sub.config.output_schema == {
         "type": "object",
         "properties": {"fact": {"type": "string"}},

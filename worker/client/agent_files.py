@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.paths import local_path, sendable_model_spec
-from workflows.contracts import SessionConfig
+from workflows.contracts import SessionConfig, SubAgent
 from workflows.structured import OUTPUT_TOOL
 
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
@@ -165,11 +165,12 @@ class _Reader:
             if sub.description is None:
                 raise self.fail(at + ("description",), "a sub-agent needs a description")
             sub_model = sub.model or model
+            agents = self.agents(sub, at, sub_model, [*ancestors, name])
+            config = self.config(sub, at, sub_model).model_copy(
+                update={"agents": sub_agents(agents)}
+            )
             found[name] = SubAgentFile(
-                name=name,
-                description=sub.description,
-                config=self.config(sub, at, sub_model),
-                agents=self.agents(sub, at, sub_model, [*ancestors, name]),
+                name=name, description=sub.description, config=config, agents=agents
             )
         return found
 
@@ -209,7 +210,13 @@ def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
         agents = reader.agents(table, (), table.model or model, [])
     except ValidationError as err:  # a setting SessionConfig refuses
         raise AgentFileError(f"{file}: {err}") from err
+    config = config.model_copy(update={"agents": sub_agents(agents)})
     return AgentFile(path=file, config=config, agents=agents)
+
+
+def sub_agents(agents: dict[str, SubAgentFile]) -> dict[str, SubAgent]:
+    """The ``SessionConfig.agents`` of an agent file's sub-agents."""
+    return {n: SubAgent(description=a.description, config=a.config) for n, a in agents.items()}
 
 
 def _is_union_tag(part: str | int) -> bool:
