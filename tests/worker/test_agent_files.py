@@ -141,3 +141,54 @@ def test_keel_run_bad_agent_file_exits_2(tmp_path: Path) -> None:
     out = keel("run", "--agent", str(path), "hi", env=keel_env(), cwd=tmp_path)
     assert out.returncode == 2
     assert "token_budget" in out.stderr and "line 3" in out.stderr
+
+
+def test_keel_run_sub_agent_approved_through_the_parent(tmp_path: Path) -> None:
+    write_script(
+        tmp_path / "parent.json",
+        [
+            respond(tool_use("h1", "helper", prompt="record it"), stop="tool_use"),
+            respond(text("the helper said: ok")),
+        ],
+    )
+    write_script(
+        tmp_path / "child.json",
+        [
+            respond(
+                tool_use("g1", "guarded_record", path=str(tmp_path / "out"), value="v"),
+                stop="tool_use",
+            ),
+            respond(text("ok")),
+        ],
+    )
+    path = write(
+        tmp_path,
+        f'model = "scripted:parent.json"\ntools = ["{SAMPLE_TOOLS}"]\n\n'
+        f'[agents.helper]\ndescription = "Records things."\nmodel = "scripted:child.json"\n'
+        f'tools = ["{SAMPLE_TOOLS}"]\n',
+    )
+    env = keel_env()
+    run = keel(
+        "run",
+        "--agent",
+        str(path),
+        "--session",
+        "parent",
+        "--json",
+        "--no-input",
+        "go",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 3, run.stderr
+    (interrupt,) = json.loads(run.stdout)["interrupts"]
+    assert interrupt["tool_use"]["name"] == "guarded_record"
+    pending = keel("pending", "parent", "--json", env=env, cwd=tmp_path)
+    assert interrupt["id"] in pending.stdout
+    done = keel("approve", "parent", interrupt["id"], "--json", "--no-input", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["message"]["content"][0]["text"] == "the helper said: ok"
+    assert (tmp_path / "out").read_text() == "v\n"
+    child = keel("show", "parent/helper-h1", "--json", env=env, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["messages"][0]["content"][0]["text"] == "record it"
