@@ -119,9 +119,7 @@ async def test_cancel_of_the_parent_cancels_the_child(
         ack = await keel.prompt(session, "go", config=parent)
         await until_waiting(keel, session, ack.turn_id)
         await keel.cancel(session, "stop it")
-        record = await keel.wait_turn(
-            session, ack.turn_id, timeout_s=30, through_interrupts=True
-        )
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30, through_interrupts=True)
         child = keel.client.get_workflow_handle(f"{session}/helper-c1")
         for _ in range(100):
             status = (await child.describe()).status
@@ -133,3 +131,30 @@ async def test_cancel_of_the_parent_cancels_the_child(
     assert status == WorkflowExecutionStatus.CANCELED
     assert pending.interrupts == []
     assert not (tmp_path / "x").exists()
+
+
+async def test_worker_gone_while_the_child_waits_loses_nothing(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    out = tmp_path / "once"
+    child_config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(out), value="v"), stop="tool_use"),
+            respond(text("child done")),
+        ]
+    )
+    parent = script(
+        [respond(tool_use("c1", "helper", prompt="do it"), stop="tool_use"), respond(text("ok"))],
+        agents={"helper": SubAgent(description="Helps.", config=child_config)},
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=parent)
+        (interrupt,) = (await until_waiting(keel, session, ack.turn_id)).interrupts
+    # no worker now; a new one takes over the parent and the waiting child
+    async with run_worker():
+        await keel.decide(session, interrupt.id, "approve")
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+    assert record.status == "completed"
+    assert out.read_text() == "v\n"
+    assert record.message is not None and record.message.content[0].text == "ok"
