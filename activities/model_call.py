@@ -21,6 +21,7 @@ from activities.models import (
     resolve_model,
 )
 from activities.store import ConversationStore, StoreCorrupt, StoreError
+from activities.structured import OutputSchemaError, check_output_schema, violations
 from activities.tools import ToolModuleError, specs_for_modules
 from workflows.activity_contracts import ModelRequest, ModelResponse
 from workflows.activity_options import (
@@ -31,7 +32,7 @@ from workflows.activity_options import (
 )
 from workflows.boundary import merge_roles
 from workflows.contracts import PrefixRef, ToolSpec
-from workflows.messages import ContentBlock, Message
+from workflows.messages import ContentBlock, Message, tool_uses
 
 if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
@@ -113,7 +114,13 @@ class ModelActivities:
         described: list[ToolSpec] | None = None
         if request.describe_modules is not None:
             extra = self.mcp.specs() if self.mcp is not None else ()
-            tools = described = specs_for_modules(request.describe_modules, extra)
+            tools = described = [
+                *specs_for_modules(request.describe_modules, extra),
+                *(request.extra_tools or []),
+            ]
+            for spec in request.extra_tools or []:
+                if spec.name == request.output_tool:  # rejected before the model sees it
+                    check_output_schema(spec.inputSchema)
             digest = self._put_specs(tools)
         elif request.tools_digest is not None:
             tools = self._specs(request.tools_digest)
@@ -181,7 +188,7 @@ class ModelActivities:
             raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
         except ToolModuleError as err:
             raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
-        except ModelError as err:
+        except (ModelError, OutputSchemaError) as err:
             raise ApplicationError(
                 str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
             ) from err
@@ -228,14 +235,17 @@ class ModelActivities:
                 # no benchmark figure by 5% consistently (figures and command in
                 # docs/performance.md, "Tricks on temporalio's internals").
                 view, extra = await asyncio.to_thread(prepare)
-                return await provider.converse(view, progress), extra
-            blocking = provider
+                response = await provider.converse(view, progress)
+            else:
+                blocking = provider
 
-            def in_thread() -> tuple[ModelResponse, dict[str, object]]:
-                view, extra = prepare()
-                return blocking.converse(view, progress), extra
+                def in_thread() -> tuple[ModelRequest, dict[str, object], ModelResponse]:
+                    view, extra = prepare()
+                    return view, extra, blocking.converse(view, progress)
 
-            return await asyncio.to_thread(in_thread)
+                view, extra, response = await asyncio.to_thread(in_thread)
+            extra["output_errors"] = _output_errors(request.output_tool, view, response)
+            return response, extra
 
         work = asyncio.ensure_future(answer())
         stalled = False
@@ -263,3 +273,21 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
+
+
+def _output_errors(
+    tool: str | None, view: ModelRequest, response: ModelResponse
+) -> dict[str, list[str]] | None:
+    """The verdict on each call of the structured-output tool, by toolUseId."""
+    if tool is None:
+        return None
+    spec = next((t for t in view.tools if t.name == tool), None)
+    errors: dict[str, list[str]] = {}
+    for use in tool_uses(response.message):
+        if use.name == tool:
+            errors[use.toolUseId] = (
+                ["the session offers no output schema"]
+                if spec is None
+                else violations(spec.inputSchema, use.input)
+            )
+    return errors

@@ -4,7 +4,9 @@ Public surface::
 
     from worker import KeelClient, connect          # talk to sessions
     from worker import build_worker, Settings       # run a worker in your own process
+    from worker import KeelPlugin                   # Keel inside your own Temporal app
     from worker import RequestRejected, SessionNotFound, SessionClosed, NoWorker
+    from worker import load_agent_file, AgentFile, AgentFileError  # agent files
 
 Rooms, one concern each:
 
@@ -18,18 +20,24 @@ Rooms, one concern each:
 """
 
 from worker.client import (
+    AgentFile,
+    AgentFileError,
     KeelClient,
     NoWorker,
     RequestRejected,
     SessionClosed,
     SessionNotFound,
     WorkerWait,
+    load_agent_file,
 )
-from worker.process import build_worker, connect
+from worker.process import KeelPlugin, build_worker, connect
 from worker.settings import Settings
 
 __all__ = [
+    "AgentFile",
+    "AgentFileError",
     "KeelClient",
+    "KeelPlugin",
     "NoWorker",
     "RequestRejected",
     "SessionClosed",
@@ -38,4 +46,5 @@ __all__ = [
     "WorkerWait",
     "build_worker",
     "connect",
+    "load_agent_file",
 ]

@@ -5,12 +5,14 @@ Imports only the standard library, temporalio, pydantic and its own modules. Pub
     from workflows import AgentSession, SessionConfig, SessionInput    # the workflow
     from workflows import Message, ContentBlock, ToolUse, ToolResult    # Converse messages
     from workflows import tool_policy, Verdict                          # tool policies
+    from workflows import run_agent, AgentResult                        # agents in your workflow
 
 The modules behind it are internal: ``session`` (the loop), ``handlers`` (updates, signals,
 queries), ``ledger`` (the state), ``contracts`` and ``activity_contracts`` (typed inputs and
 outputs), ``boundary`` and ``approvals`` (security checks), ``cycle``, ``activity_options``.
 """
 
+from workflows.agents import AgentResult, run_agent
 from workflows.approvals import UnknownInterrupt
 from workflows.boundary import InputRejected
 from workflows.contracts import (
@@ -32,6 +34,7 @@ from workflows.contracts import (
     StateQuery,
     SteerAck,
     SteerInput,
+    SubAgent,
     TurnRecord,
 )
 from workflows.ledger import SessionInput
@@ -50,6 +53,7 @@ from workflows.session import AgentSession
 from workflows.tool_policies import Verdict, tool_policy
 
 __all__ = [
+    "AgentResult",
     "AgentSession",
     "Answer",
     "CancelAck",
@@ -75,6 +79,7 @@ __all__ = [
     "StateQuery",
     "SteerAck",
     "SteerInput",
+    "SubAgent",
     "TokenUsage",
     "ToolResult",
     "ToolResultContent",
@@ -82,6 +87,7 @@ __all__ = [
     "TurnRecord",
     "UnknownInterrupt",
     "Verdict",
+    "run_agent",
     "text_block",
     "tool_policy",
 ]

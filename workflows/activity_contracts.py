@@ -27,7 +27,10 @@ class ModelRequest(KeelModel):
     tool modules (``describe_modules``); the activity describes them from the worker's
     registry, stores the specs, uses them, and answers with their digest and their terms
     (``ToolSpec.terms``); later calls send the digest. ``tools`` is the activity's own:
-    the specs it resolved, in the request it hands to the model provider.
+    the specs it resolved, in the request it hands to the model provider. ``extra_tools``
+    (sent with ``describe_modules`` only) are specs the workflow itself offers, such as the
+    structured-output tool; ``output_tool`` names that tool, whose uses the activity
+    validates against its input schema (``ModelResponse.output_errors``).
     """
 
     session_id: str
@@ -43,6 +46,8 @@ class ModelRequest(KeelModel):
     inference: InferenceConfig | None = None
     context_messages: int | None = None
     describe_modules: list[str] | None = None
+    extra_tools: list[ToolSpec] | None = None
+    output_tool: str | None = None
 
 
 class ModelResponse(KeelModel):
@@ -56,6 +61,8 @@ class ModelResponse(KeelModel):
         tools_digest: where the request's tool specs are stored.
         tools: the tools the activity described, when the request named ``describe_modules``:
             their terms only (``ToolSpec.terms``); the whole specs are under ``tools_digest``.
+        output_errors: for each use of the request's ``output_tool`` (by toolUseId), what is
+            wrong with its input against the output schema; an empty list means valid.
     """
 
     message: Message
@@ -64,6 +71,7 @@ class ModelResponse(KeelModel):
     stored: PrefixRef | None = None
     tools_digest: str | None = None
     tools: list[ToolSpec] | None = None
+    output_errors: dict[str, list[str]] | None = None
 
 
 class ToolRequest(KeelModel):

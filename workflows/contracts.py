@@ -104,6 +104,11 @@ class SessionConfig(KeelModel):
         continue_as_new_events: continue-as-new at the next safe point once the run's history
             has this many events (Temporal's own suggestion also triggers it).
         continue_as_new_bytes: likewise for the run's history size in bytes.
+        output_schema: a JSON Schema for the turn's structured output: the model is offered
+            a tool ``final_result`` taking it, and a valid call ends the turn with its input
+            as ``TurnRecord.output``.
+        agents: sub-agents by name, each offered to the model as a tool of that name taking
+            ``{"prompt": string}``; a call runs one turn of a child session.
     """
 
     model: str = Field(min_length=1)
@@ -119,6 +124,18 @@ class SessionConfig(KeelModel):
     context_messages: int | None = Field(default=None, ge=2)
     continue_as_new_events: int = Field(default=10_000, ge=20)
     continue_as_new_bytes: int = Field(default=20_000_000, ge=100_000)
+    output_schema: dict[str, Any] | None = None
+    agents: dict[str, SubAgent] = Field(default_factory=dict)
+
+
+class SubAgent(KeelModel):
+    """A sub-agent: how its parent's model sees it, and its own session's configuration."""
+
+    description: str = Field(min_length=1)
+    config: SessionConfig
+
+
+SessionConfig.model_rebuild()
 
 
 class PromptInput(KeelModel):
@@ -244,6 +261,8 @@ class TurnRecord(KeelModel):
         error: why the turn failed or was cancelled.
         cycles: model calls made in this turn.
         interrupts: the turn's interrupts that wait for a decision.
+        output: the structured output (the input of the accepted ``final_result`` call) of
+            a session with an ``output_schema``; None otherwise.
     """
 
     turn_id: int
@@ -254,6 +273,7 @@ class TurnRecord(KeelModel):
     error: str | None = None
     cycles: int = 0
     interrupts: list[Interrupt] = Field(default_factory=list)
+    output: Any = None
 
 
 class Event(KeelModel):
@@ -312,15 +332,22 @@ class SessionState(KeelModel):
     run: int = 1
 
 
+class ChildInterrupts(KeelModel):
+    """Input of the ``child_interrupts`` signal: a sub-agent's interrupts, for its parent."""
+
+    child_id: str
+    interrupts: list[Interrupt]
+
+
 class SessionResult(KeelModel):
-    """Result of a closed session."""
+    """Result of a closed session.
+
+    Attributes:
+        last_turn: the session's last turn: for a single-turn session (``run_agent``, a
+            sub-agent), its one turn.
+    """
 
     session_id: str
     turns: int
     usage: TokenUsage
-
-
-
-
-
-
+    last_turn: TurnRecord | None = None

@@ -103,6 +103,12 @@ class Ledger(KeelModel):
         prompt_updates: ids of accepted ``prompt`` updates, with their turns.
         update_acks: answers (JSON) of accepted ``steer``, ``decide``, ``respond`` and
             ``cancel`` updates, by ``<update name>/<update id>``.
+        single_turn: the session closes once its first turn ends (a child session started
+            by ``run_agent`` or by a sub-agent tool).
+        parent_session: for a sub-agent's session, its parent's id: it reports its
+            interrupts there (signal ``child_interrupts``).
+        mirrored: interrupts of sub-agents shown in this session, with the child's id:
+            decided here, the decision is forwarded to the child.
     """
 
     run: int = 1
@@ -126,6 +132,9 @@ class Ledger(KeelModel):
     closed: bool = False
     prompt_updates: dict[str, int] = Field(default_factory=dict)
     update_acks: dict[str, str] = Field(default_factory=dict)
+    single_turn: bool = False
+    parent_session: str | None = None
+    mirrored: dict[str, str] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -396,9 +405,14 @@ class SessionInput(KeelModel):
         messages: imported history; normalised (S3), its tool uses never executed.
         prompt: optional first prompt, queued as turn 1.
         carried: set only by continue-as-new: the previous run's ledger.
+        single_turn: close the session once its first turn ends, returning that turn in
+            ``SessionResult.last_turn`` (``run_agent``, sub-agents).
+        parent_session: the parent session of a sub-agent's session.
     """
 
     config: SessionConfig
     messages: list[Message] = Field(default_factory=list)
     prompt: list[ContentBlock] | None = None
     carried: Ledger | None = None
+    single_turn: bool = False
+    parent_session: str | None = None

@@ -35,7 +35,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.approvals import denial_text, needs_approval
     from workflows.boundary import InputRejected, normalise_history, validate_prompt
-    from workflows.contracts import Interrupt, InterruptKind, SessionResult, ToolSpec, TurnRecord
+    from workflows.contracts import (
+        Answer,
+        Decision,
+        Interrupt,
+        InterruptKind,
+        SessionResult,
+        ToolSpec,
+        TurnRecord,
+    )
     from workflows.cycle import (
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
@@ -43,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         id_conflicts,
         results_message,
     )
-    from workflows.handlers import SessionHandlers
     from workflows.ledger import Ledger, PendingCycle, SessionInput
     from workflows.messages import (
         ContentBlock,
@@ -54,6 +61,14 @@ with workflow.unsafe.imports_passed_through():
         text_block,
         tool_uses,
     )
+    from workflows.structured import (
+        OUTPUT_TOOL,
+        accepted_output,
+        closing_results,
+        output_tool_spec,
+        rejection,
+    )
+    from workflows.sub_agents import SubAgentSessions, sub_agent_specs
     from workflows.tool_policies import judge
 
 INPUT_REJECTED = "KeelInputRejected"
@@ -74,7 +89,7 @@ def _failure_text(err: BaseException) -> str:
 
 
 @workflow.defn(name="AgentSession")
-class AgentSession(SessionHandlers):
+class AgentSession(SubAgentSessions):
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
@@ -85,6 +100,8 @@ class AgentSession(SessionHandlers):
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
+        self._children: dict[str, str] = {}
+        self._forward: list[tuple[str, Decision | Answer]] = []
         self._held = deque(maxlen=HELD_SIGNALS_KEPT)
         self._continuing = False
         self._ledger = Ledger()
@@ -108,6 +125,8 @@ class AgentSession(SessionHandlers):
                 self._init_error = f"start prompt rejected: {err}"
             else:
                 self._ledger.enqueue(input.prompt)
+        self._ledger.single_turn = input.single_turn
+        self._ledger.parent_session = input.parent_session
 
     # ----------------------------------------------------------------------------- turns
 
@@ -119,6 +138,7 @@ class AgentSession(SessionHandlers):
         ledger = self._ledger
         if ledger.current is not None:  # a turn carried over from the previous run
             await self._run_turn(ledger.current)
+            ledger.closing = ledger.closing or ledger.single_turn
         while True:
             await workflow.wait_condition(
                 lambda: bool(ledger.queue) or ledger.closing or self._history_full()
@@ -128,6 +148,7 @@ class AgentSession(SessionHandlers):
             if not ledger.queue:
                 break
             await self._run_turn(ledger.start_next_turn())
+            ledger.closing = ledger.closing or ledger.single_turn
         ledger.closed = True
         ledger.emit("session_closed")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -135,6 +156,7 @@ class AgentSession(SessionHandlers):
             session_id=workflow.info().workflow_id,
             turns=len(ledger.turns),
             usage=ledger.usage,
+            last_turn=ledger.turns[max(ledger.turns)] if ledger.turns else None,
         )
 
     async def _run_turn(self, record: TurnRecord) -> None:
@@ -198,7 +220,21 @@ class AgentSession(SessionHandlers):
         if stop == "tool_use" and uses:
             conflicts = id_conflicts(uses, ledger.tool_use_ids)
             if not conflicts:
+                accepted = accepted_output(uses, response.output_errors)
+                if accepted is not None:  # structured output: the turn ends, nothing else runs
+                    ledger.append(record, message)
+                    results = closing_results(uses, accepted)
+                    ledger.append(record, results_message(uses, results))
+                    record.output = accepted.input
+                    ledger.end_turn(record, "completed", stop)
+                    return True
                 ledger.cycle = PendingCycle(turn_id=record.turn_id, cycle=cycle, message=message)
+                if self._config.output_schema is not None:
+                    for use in uses:  # invalid structured output: the model is told why
+                        if use.name == OUTPUT_TOOL:
+                            ledger.cycle.results[use.toolUseId] = rejection(
+                                use, response.output_errors
+                            )
                 await self._run_tools(record, ledger.cycle)
                 return False
             ledger.append(record, close_unexecuted(message, "duplicate toolUseId"))
@@ -225,6 +261,7 @@ class AgentSession(SessionHandlers):
         ledger = self._ledger
         sending = len(ledger.messages)
         tail, refs = ledger.model_tail()
+        describing = ledger.tools_digest is None
         self._model_call = workflow.start_activity(
             MODEL_ACTIVITY,
             ModelRequest(
@@ -240,9 +277,11 @@ class AgentSession(SessionHandlers):
                 # Without a digest of the session's specs (its first call), the activity
                 # describes them: the workflow keeps only their terms, never what the model
                 # must see.
-                describe_modules=self._config.tool_modules if ledger.tools_digest is None else None,
+                describe_modules=self._config.tool_modules if describing else None,
                 inference=self._config.inference,
                 context_messages=self._config.context_messages,
+                extra_tools=self._extra_tools() if describing else None,
+                output_tool=OUTPUT_TOOL if self._config.output_schema is not None else None,
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,
@@ -262,6 +301,14 @@ class AgentSession(SessionHandlers):
         if ledger.tools is None:  # this call described the session's tools
             ledger.tools = response.tools or []
         return response
+
+    def _extra_tools(self) -> list[ToolSpec] | None:
+        """The tools the session itself offers: sub-agents, the structured-output tool."""
+        config = self._config
+        extra = sub_agent_specs(config.agents)
+        if config.output_schema is not None:
+            extra.append(output_tool_spec(config.output_schema))
+        return extra or None
 
     async def _run_tools(self, record: TurnRecord, pending: PendingCycle) -> None:
         """Run the cycle's tools, then append the message with its results (S5).
@@ -320,7 +367,9 @@ class AgentSession(SessionHandlers):
             refused := await self._approval(record, use, verdict.reason)
         ).status != "approved":
             refusal = denial_text(refused)
-        if refusal is None:
+        if refusal is None and use.name in self._config.agents:
+            result = await self._run_sub_agent(record.turn_id, use)
+        elif refusal is None:
             assert spec is not None  # an unknown tool is refused above
             result = await self._run_until_answered(record, pending, use, spec)
         else:
@@ -454,6 +503,7 @@ class AgentSession(SessionHandlers):
         """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
         if interrupt.status != "pending":
             return
+        await self._report_to_parent()
         ledger = self._ledger
         remaining = None
         if interrupt.expires_at is not None:
@@ -472,6 +522,7 @@ class AgentSession(SessionHandlers):
             )
         if interrupt.status == "pending":  # the turn was cancelled while it waited
             ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
+        await self._report_to_parent()
 
     def _check_cancel(self) -> None:
         if self._ledger.cancel_reason is not None:
@@ -492,6 +543,7 @@ class AgentSession(SessionHandlers):
         """Safe to continue-as-new mid-cycle: no tool in flight, only humans awaited."""
         return (
             not self._tool_calls
+            and not self._children
             and bool(self._ledger.pending_interrupts())
             and self._ledger.cancel_reason is None
             and self._history_full()
@@ -506,6 +558,4 @@ class AgentSession(SessionHandlers):
         workflow.logger.info(
             "continuing as new: run %s, %s messages", ledger.run + 1, ledger.message_count
         )
-        workflow.continue_as_new(
-            SessionInput(config=self._config, carried=ledger.for_next_run())
-        )
+        workflow.continue_as_new(SessionInput(config=self._config, carried=ledger.for_next_run()))

@@ -67,6 +67,7 @@ def test_run_json_two_cycle_turn_with_tool_module(
             "stop_reason": "end_turn",
             "cycles": 2,
             "usage": {"inputTokens": 12, "outputTokens": 12, "totalTokens": 24},
+            "output": None,
         }
     ]
     human = keel("show", session, env=server_env)

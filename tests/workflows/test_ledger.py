@@ -42,7 +42,9 @@ from workflows.messages import error_result
 from workflows.session import AgentSession
 
 # What AgentSession may hold beside its ledger: its configuration, a start error, and what is
-# in flight within one run (activity handles, signals held for one workflow task).
+# in flight within one run (activity handles, signals held for one workflow task, running
+# sub-agent children and decisions not yet forwarded to them: no run continues-as-new while a
+# child runs).
 RUN_LOCAL = {
     "_config",
     "_ledger",
@@ -51,6 +53,8 @@ RUN_LOCAL = {
     "_tool_calls",
     "_held",
     "_continuing",
+    "_children",
+    "_forward",
 }
 
 
@@ -87,6 +91,9 @@ def every_field_set() -> Ledger:
         closed=True,
         prompt_updates={"up-1": 4},
         update_acks={"steer/up-2": '{"turn_id":3}'},
+        single_turn=True,
+        parent_session="parent-1",
+        mirrored={"i-child": "parent-1/helper-t1"},
     )
 
 

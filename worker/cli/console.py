@@ -52,6 +52,7 @@ def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
         "message": record.message.model_dump(mode="json") if record.message else None,
         "usage": record.usage.model_dump(mode="json"),
         "error": record.error,
+        "output": record.output,
     }
 
 
@@ -121,6 +122,7 @@ def show_json(state: SessionState) -> dict[str, Any]:
                 "stop_reason": t.stop_reason,
                 "cycles": t.cycles,
                 "usage": t.usage.model_dump(mode="json"),
+                "output": t.output,
             }
             for t in state.turns
         ],

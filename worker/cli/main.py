@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-cycles", type=int, metavar="N", help="model calls allowed per turn")
     run.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
+    run.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
+    run.add_argument(
+        "--output-schema", metavar="FILE", help="JSON Schema file of the turn's structured output"
+    )
     _waiting_flags(run)
     run.set_defaults(handler=cmd_run)
 
@@ -273,4 +277,3 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-

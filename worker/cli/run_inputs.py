@@ -11,11 +11,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from activities.mcp import McpServerConfig, parse_mcp_spec
 from activities.models import ModelError, parse_model_spec
+from activities.structured import OutputSchemaError, check_output_schema
+from worker.client.agent_files import AgentFile, AgentFileError, load_agent_file
 from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
@@ -36,6 +39,7 @@ _FLAGS = {
     "approval_timeout_s": "--approval-timeout",
     "max_cycles_per_turn": "--max-cycles",
     "max_session_tokens": "--token-budget",
+    "output_schema": "--output-schema",
 }
 
 
@@ -86,27 +90,89 @@ def read_messages(path: str) -> list[Message]:
     return messages
 
 
-def new_session_config(args: argparse.Namespace, model: str | None) -> SessionConfig:
-    """The configuration of a new session, from ``keel run``'s flags.
+def new_session_config(
+    args: argparse.Namespace, model: str | None, agent: AgentFile | None = None
+) -> SessionConfig:
+    """The configuration of a new session, from ``keel run``'s flags over its agent file.
 
     Raises:
         UsageError: no model, or a flag's value is invalid (named by its flag).
     """
     if not model:
         raise UsageError("no model: pass --model SPEC or set KEEL_MODEL")
+    settings: dict[str, Any] = agent.config.model_dump() if agent is not None else {}
+    flags: dict[str, Any] = {
+        "model": model,
+        "system": args.system,
+        "tool_modules": tool_modules(args.tools) if args.tools is not None else None,
+        "approval_tools": (
+            tool_modules(args.require_approval) if args.require_approval is not None else None
+        ),
+        "approvers": tool_modules(args.approvers) if args.approvers is not None else None,
+        "approval_timeout_s": args.approval_timeout,
+        "max_cycles_per_turn": args.max_cycles,
+        "max_session_tokens": args.token_budget,
+        "output_schema": read_output_schema(args.output_schema),
+    }
+    settings.update({k: v for k, v in flags.items() if v is not None})
     try:
-        return SessionConfig(
-            model=model,
-            system=args.system,
-            tool_modules=tool_modules(args.tools),
-            approval_tools=tool_modules(args.require_approval),
-            approvers=tool_modules(args.approvers),
-            approval_timeout_s=args.approval_timeout,
-            max_cycles_per_turn=args.max_cycles,
-            max_session_tokens=args.token_budget,
-        )
+        return SessionConfig(**settings)
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def agent_modules(agent: AgentFile | None) -> list[str]:
+    """The tool modules an agent file's sessions use, for the worker ``keel run`` embeds."""
+    if agent is None:
+        return []
+    found = list(agent.config.tool_modules)
+    pending = list(agent.agents.values())
+    while pending:
+        sub = pending.pop()
+        found += [m for m in sub.config.tool_modules if m not in found]
+        pending += sub.agents.values()
+    return found
+
+
+def read_agent(path: str | None, model: str | None) -> AgentFile | None:
+    """The agent file of ``--agent FILE``; None without the flag.
+
+    Args:
+        path: the file as typed.
+        model: the model where the file names none (``--model``, else ``KEEL_MODEL``).
+
+    Raises:
+        UsageError: the file's problem, with its line and key.
+    """
+    if path is None:
+        return None
+    try:
+        return load_agent_file(path, model=model)
+    except AgentFileError as err:
+        raise UsageError(f"--agent {path}: {err}") from err
+
+
+def read_output_schema(path: str | None) -> dict[str, Any] | None:
+    """The JSON Schema of ``--output-schema FILE``, checked; None without the flag.
+
+    Raises:
+        UsageError: the file cannot be read, is not JSON, or is not a JSON Schema.
+    """
+    if path is None:
+        return None
+    where = local_path(path)
+    try:
+        schema = json.loads(where.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--output-schema {path}: cannot read {where}: {err}") from err
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--output-schema {path}: not valid JSON: {err}") from err
+    try:
+        check_output_schema(schema)
+    except OutputSchemaError as err:
+        raise UsageError(f"--output-schema {path}: {err}") from err
+    assert isinstance(schema, dict)  # check_output_schema refuses anything else
+    return schema
 
 
 def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:

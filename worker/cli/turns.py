@@ -25,9 +25,11 @@ from worker.cli.console import (
 from worker.cli.follow import Follower
 from worker.cli.run_inputs import (
     UsageError,
+    agent_modules,
     check_model,
     mcp_servers,
     new_session_config,
+    read_agent,
     read_messages,
     sendable_model,
     tool_modules,
@@ -47,7 +49,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     modules = tool_modules(args.tools)
     servers = mcp_servers(args.mcp)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
-    model: str | None = args.model or settings.model
+    agent = read_agent(args.agent, args.model or settings.model)
+    model: str | None = args.model or (agent.config.model if agent else settings.model)
     if model:
         check_model(model, local=False)  # before starting anything
     async with open_connection(settings) as connection:
@@ -66,9 +69,10 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 )
             modules = modules or (await keel.config(session)).tool_modules
         else:
-            config = new_session_config(args, model)
+            config = new_session_config(args, model, agent)
             check_model(config.model, local=connection.embedded)
             config = config.model_copy(update={"model": sendable_model(config.model)})
+            modules = modules or agent_modules(agent)
         queue = await keel.session_task_queue(session)
         async with connection.worker(modules, task_queue=queue, mcp_servers=servers):
             try:

@@ -2,9 +2,11 @@
 
 Modules: ``keel_client`` (``KeelClient``: what changes a session), ``reading`` (what reads one
 without writing history: state, events, the model's stream, listings), ``calls`` (how a call
-to a session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable).
+to a session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable),
+``agent_files`` (agent files).
 """
 
+from worker.client.agent_files import AgentFile, AgentFileError, SubAgentFile, load_agent_file
 from worker.client.calls import (
     NoWorker,
     RequestRejected,
@@ -16,6 +18,8 @@ from worker.client.keel_client import KeelClient
 from worker.client.reading import ModelStream, SessionSummary
 
 __all__ = [
+    "AgentFile",
+    "AgentFileError",
     "KeelClient",
     "ModelStream",
     "NoWorker",
@@ -23,5 +27,7 @@ __all__ = [
     "SessionClosed",
     "SessionNotFound",
     "SessionSummary",
+    "SubAgentFile",
     "WorkerWait",
+    "load_agent_file",
 ]

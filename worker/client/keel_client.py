@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
+from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.reading import (
     ENDED,
     POLL_MAX_S,
@@ -120,6 +121,8 @@ class KeelClient(SessionReader):
             validate_prompt(update.role, update.content)
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
+        if config is not None:
+            _check_schemas(config)
         if config is None:
             return await self._ask(
                 session_id,
@@ -277,6 +280,17 @@ class KeelClient(SessionReader):
 # it before the result, so the interrupt is not there yet. Rejected updates write nothing, so
 # the same request is sent again, a few times, over about 1.5 s.
 _SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def _check_schemas(config: SessionConfig, where: str = "") -> None:
+    """Refuse before the session starts a schema the model activity would refuse."""
+    try:
+        if config.output_schema is not None:
+            check_output_schema(config.output_schema)
+    except OutputSchemaError as err:
+        raise RequestRejected(f"{where}{err}") from err
+    for name, agent in config.agents.items():
+        _check_schemas(agent.config, f"{where}sub-agent {name}: ")
 
 
 async def _settling(send: Callable[[], Awaitable[T]]) -> T:

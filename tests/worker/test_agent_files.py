@@ -1,0 +1,194 @@
+"""Agent files: ``keel run --agent FILE.toml`` and ``load_agent_file``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import keel, keel_env
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+from worker.client import AgentFileError, load_agent_file
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(body)
+    return path
+
+
+def test_valid_file_with_sub_agent_and_schema_file(tmp_path: Path) -> None:
+    (tmp_path / "out.json").write_text(json.dumps(SCHEMA))
+    path = write(
+        tmp_path,
+        f"""
+model = "scripted:m.json"
+system = "You plan."
+tools = ["{SAMPLE_TOOLS}", "mcp:files"]
+require_approval = ["echo"]
+approvers = ["ann"]
+approval_timeout_s = 60
+max_cycles = 5
+token_budget = 10000
+context_messages = 20
+output_schema = "out.json"
+
+[agents.researcher]
+description = "Finds facts."
+system = "You research."
+output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }} }} }}
+""",
+    )
+    agent = load_agent_file(path)
+    config = agent.config
+    assert config.model == f"scripted:{tmp_path / 'm.json'}" or config.model == "scripted:m.json"
+    assert config.tool_modules == [SAMPLE_TOOLS, "mcp:files"]
+    assert config.approval_tools == ["echo"] and config.approvers == ["ann"]
+    assert config.approval_timeout_s == 60 and config.max_cycles_per_turn == 5
+    assert config.max_session_tokens == 10000 and config.context_messages == 20
+    assert config.output_schema == SCHEMA
+    sub = agent.agents["researcher"]
+    assert sub.description == "Finds facts." and sub.config.system == "You research."
+    assert sub.config.model == config.model  # inherited
+    assert config.agents["researcher"].description == "Finds facts."  # what the session offers
+    assert config.agents["researcher"].config == sub.config
+    assert sub.config.output_schema == {
+        "type": "object",
+        "properties": {"fact": {"type": "string"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "line"),
+    [
+        ('model = "scripted:x"\n\nmodle = "oops"\n', "modle", 3),
+        ('model = "scripted:x"\nmax_cycles = "five"\n', "max_cycles", 2),
+        ('model = "scripted:x"\ntools = "echo"\n', "tools", 2),
+        ('model = "scripted:x"\noutput_schema = { type = "nonsense" }\n', "output_schema", 2),
+        ('model = "scripted:x"\noutput_schema = "missing.json"\n', "output_schema", 2),
+        (
+            'model = "scripted:x"\n[agents.a]\ndescription = "d"\n[agents.a.agents.a]\n'
+            'description = "again"\n',
+            "agents.a.agents.a",
+            4,
+        ),
+        (
+            'model = "scripted:x"\n[agents.a]\ndescription = "d"\n[agents.a.agents.b]\n'
+            'description = "d"\n[agents.a.agents.b.agents.c]\ndescription = "deep"\n',
+            "agents.a.agents.b.agents.c",
+            6,
+        ),
+        (
+            'model = "scripted:x"\n[agents.a]\nsystem = "no description"\n',
+            "agents.a.description",
+            2,
+        ),
+        (
+            'model = "scripted:x"\n[agents.helper]\ndescription = "d"\nmax_cycles = 0\n',
+            "agents.helper.max_cycles",
+            4,
+        ),
+        ('system = "no model anywhere"\n', "model", None),
+    ],
+)
+def test_invalid_files_name_key_and_line(
+    tmp_path: Path, body: str, key: str, line: int | None
+) -> None:
+    path = write(tmp_path, body)
+    with pytest.raises(AgentFileError) as caught:
+        load_agent_file(path)
+    message = str(caught.value)
+    assert f": {key}: " in message
+    if line is not None:
+        assert f"agent.toml:{line}:" in message and f"(line {line})" in message
+
+
+def test_not_toml(tmp_path: Path) -> None:
+    with pytest.raises(AgentFileError, match="not valid TOML"):
+        load_agent_file(write(tmp_path, "model = \n"))
+
+
+def test_keel_run_agent_file_and_flag_override(tmp_path: Path) -> None:
+    write_script(
+        tmp_path / "m.json",
+        [respond(tool_use("f1", "final_result", n=3), stop="tool_use")],
+    )
+    path = write(
+        tmp_path,
+        'model = "scripted:m.json"\n'  # relative to the agent file
+        + f'tools = ["{SAMPLE_TOOLS}"]\nmax_cycles = 1\n'
+        + 'output_schema = { type = "object", properties = { n = { type = "integer" } } }\n',
+    )
+    env = keel_env()
+    out = keel("run", "--agent", str(path), "--json", "count", env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["output"] == {"n": 3}
+    # a flag overrides the file: this model has no final_result call, so no output
+    other = write_script(tmp_path / "o.json", [respond(text("plain"))])
+    out = keel(
+        "run", "--agent", str(path), "--model", other, "--json", "count", env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["output"] is None
+    assert json.loads(out.stdout)["message"]["content"][0]["text"] == "plain"
+
+
+def test_keel_run_bad_agent_file_exits_2(tmp_path: Path) -> None:
+    path = write(tmp_path, 'model = "scripted:x.json"\n\ntoken_budget = -4\n')
+    out = keel("run", "--agent", str(path), "hi", env=keel_env(), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "token_budget" in out.stderr and "line 3" in out.stderr
+
+
+def test_keel_run_sub_agent_approved_through_the_parent(tmp_path: Path) -> None:
+    write_script(
+        tmp_path / "parent.json",
+        [
+            respond(tool_use("h1", "helper", prompt="record it"), stop="tool_use"),
+            respond(text("the helper said: ok")),
+        ],
+    )
+    write_script(
+        tmp_path / "child.json",
+        [
+            respond(
+                tool_use("g1", "guarded_record", path=str(tmp_path / "out"), value="v"),
+                stop="tool_use",
+            ),
+            respond(text("ok")),
+        ],
+    )
+    path = write(
+        tmp_path,
+        f'model = "scripted:parent.json"\ntools = ["{SAMPLE_TOOLS}"]\n\n'
+        f'[agents.helper]\ndescription = "Records things."\nmodel = "scripted:child.json"\n'
+        f'tools = ["{SAMPLE_TOOLS}"]\n',
+    )
+    env = keel_env()
+    run = keel(
+        "run",
+        "--agent",
+        str(path),
+        "--session",
+        "parent",
+        "--json",
+        "--no-input",
+        "go",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 3, run.stderr
+    (interrupt,) = json.loads(run.stdout)["interrupts"]
+    assert interrupt["tool_use"]["name"] == "guarded_record"
+    pending = keel("pending", "parent", "--json", env=env, cwd=tmp_path)
+    assert interrupt["id"] in pending.stdout
+    done = keel("approve", "parent", interrupt["id"], "--json", "--no-input", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["message"]["content"][0]["text"] == "the helper said: ok"
+    assert (tmp_path / "out").read_text() == "v\n"
+    child = keel("show", "parent/helper-h1", "--json", env=env, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["messages"][0]["content"][0]["text"] == "record it"

@@ -1,0 +1,108 @@
+"""KeelPlugin on a plain temporalio Worker, next to a user's workflow that calls run_agent."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.store import ConversationStore
+from tests.fakes.pipeline_workflow import Pipeline, PipelineInput, PipelineResult, prepare, publish
+from tests.helpers.fixture_types import Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import save_history
+from worker import KeelClient, KeelPlugin
+from workflows.contracts import Interrupt
+
+SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+
+
+async def plugin_client(client: Client, store: ConversationStore) -> Client:
+    """A client of the user's own, connected with the plugin only (no Keel converter given)."""
+    return await Client.connect(
+        client.service_client.config.target_host,
+        namespace=client.namespace,
+        plugins=[KeelPlugin(tool_modules=[SAMPLE_TOOLS], store=store)],
+    )
+
+
+async def pending_of(keel: KeelClient, session: str) -> list[Interrupt]:
+    for _ in range(200):
+        try:
+            found = (await keel.pending(session)).interrupts
+        except Exception:  # the child may not exist yet
+            found = []
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no interrupt in {session}")
+
+
+async def test_pipeline_with_approval_on_plain_worker(
+    client: Client, task_queue: str, store: ConversationStore, script: Script, tmp_path: Path
+) -> None:
+    draft = tmp_path / "draft.txt"
+    config = script(
+        [
+            respond(tool_use("w1", "guarded_record", path=str(draft), value="v1"), stop="tool_use"),
+            respond(
+                text("drafted"), tool_use("f1", "final_result", title="On cats"), stop="tool_use"
+            ),
+        ],
+        output_schema=SCHEMA,
+    )
+    user = await plugin_client(client, store)
+    pipeline_id = f"pipeline-{uuid.uuid4().hex[:8]}"
+    agent_id = f"{pipeline_id}-writer"
+    keel = KeelClient(user, task_queue, store)
+    worker = Worker(
+        user,
+        task_queue=task_queue,
+        workflows=[Pipeline],
+        activities=[prepare, publish],
+        max_cached_workflows=0,
+    )
+    async with worker:
+        handle = await user.start_workflow(
+            Pipeline.run,
+            PipelineInput(topic="cats", config=config, agent_id=agent_id),
+            id=pipeline_id,
+            task_queue=task_queue,
+            result_type=PipelineResult,
+        )
+        (interrupt,) = await pending_of(keel, agent_id)
+        assert interrupt.tool_use.name == "guarded_record"
+        await keel.decide(agent_id, interrupt.id, "approve", approver="ann")
+        result = await handle.result()
+        state = await keel.state(agent_id)
+    await save_history(user, agent_id, "run_agent_child_approval")
+    assert result.prepared == "notes on cats"
+    assert result.agent.session_id == agent_id and result.agent.status == "completed"
+    assert result.agent.output == {"title": "On cats"}
+    assert result.published == "published: drafted"
+    assert result.agent.usage.totalTokens == 40
+    assert draft.read_text() == "v1\n"  # run once, after the approval
+    assert state.status == "closed" or state.status == "idle"
+
+
+async def test_run_agent_default_child_id(
+    client: Client, task_queue: str, store: ConversationStore, script: Script
+) -> None:
+    config = script([respond(text("done"))])
+    user = await plugin_client(client, store)
+    pipeline_id = f"pipeline-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        user, task_queue=task_queue, workflows=[Pipeline], activities=[prepare, publish]
+    ):
+        result = await user.execute_workflow(
+            Pipeline.run,
+            PipelineInput(topic="dogs", config=config),
+            id=pipeline_id,
+            task_queue=task_queue,
+            result_type=PipelineResult,
+        )
+    assert result.agent.session_id.startswith(f"{pipeline_id}/agent-")
+    assert result.published == "published: done" and result.agent.output is None

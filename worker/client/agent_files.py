@@ -1,0 +1,224 @@
+"""Agent files: a session's settings, and its sub-agents, in a TOML file.
+
+``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
+
+    model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
+    token_budget, context_messages, output_schema, [agents.NAME] (+ description)
+
+A problem is an ``AgentFileError`` naming the file, the line and the key (``tomllib`` gives no
+line numbers for keys, so the key's line is found by scanning the file's text).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from activities.structured import OutputSchemaError, check_output_schema
+from worker.client.paths import local_path, sendable_model_spec
+from workflows.contracts import SessionConfig, SubAgent
+from workflows.structured import OUTPUT_TOOL
+
+# A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
+MAX_AGENT_DEPTH = 2
+# Sub-agents are offered to the model as tools: their names must be tool names.
+AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+class AgentFileError(ValueError):
+    """An agent file that cannot be used: ``FILE:LINE: key: what is wrong``."""
+
+
+class _AgentTable(BaseModel):
+    """One agent's table, as the file spells it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    description: str | None = Field(default=None, min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    system: str | None = None
+    tools: list[str] | None = None
+    require_approval: list[str] | None = None
+    approvers: list[str] | None = None
+    approval_timeout_s: float | None = Field(default=None, gt=0)
+    max_cycles: int | None = Field(default=None, gt=0)
+    token_budget: int | None = Field(default=None, gt=0)
+    context_messages: int | None = Field(default=None, ge=2)
+    output_schema: dict[str, Any] | str | None = None
+    agents: dict[str, _AgentTable] = Field(default_factory=dict)
+
+
+class SubAgentFile(BaseModel):
+    """A sub-agent of an agent file: offered to its parent's model as tool ``name``."""
+
+    name: str
+    description: str
+    config: SessionConfig
+    agents: dict[str, SubAgentFile] = Field(default_factory=dict)
+
+
+class AgentFile(BaseModel):
+    """What an agent file defines: the session's configuration and its sub-agents."""
+
+    path: Path
+    config: SessionConfig
+    agents: dict[str, SubAgentFile] = Field(default_factory=dict)
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The line (1-based) of each table header and key of a TOML text, by its dotted path."""
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        header = re.match(r"^\[\[?([^\]]+)\]\]?", line)
+        if header:
+            table = _dotted(header.group(1))
+            lines.setdefault(table, number)
+            continue
+        key = re.match(r"^([A-Za-z0-9_\-.\"' ]+?)\s*=", line)
+        if key:
+            path = table + _dotted(key.group(1))
+            for end in range(len(table) + 1, len(path) + 1):
+                lines.setdefault(path[:end], number)
+    return lines
+
+
+def _dotted(key: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in key.split("."))
+
+
+class _Reader:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = key_lines(text)
+
+    def fail(self, where: tuple[str | int, ...], what: str) -> AgentFileError:
+        """An error naming the key at ``where`` and its line (or the nearest enclosing one)."""
+        parts = tuple(str(p) for p in where)
+        line = None
+        for end in range(len(parts), 0, -1):
+            line = self.lines.get(parts[:end])
+            if line is not None:
+                break
+        key = ".".join(parts) or "(file)"
+        at = f"{self.path}:{line}" if line is not None else str(self.path)
+        return AgentFileError(f"{at}: {key}: {what}" + (f" (line {line})" if line else ""))
+
+    def schema(self, value: dict[str, Any] | str, where: tuple[str, ...]) -> dict[str, Any]:
+        if isinstance(value, str):
+            file = local_path(value, cwd=self.path.parent)
+            try:
+                loaded = json.loads(file.read_text(encoding="utf-8"))
+            except OSError as err:
+                raise self.fail(where, f"cannot read {file}: {err.strerror or err}") from err
+            except json.JSONDecodeError as err:
+                raise self.fail(where, f"{file} is not valid JSON: {err}") from err
+            value = loaded
+        try:
+            check_output_schema(value)
+        except OutputSchemaError as err:
+            raise self.fail(where, str(err)) from err
+        assert isinstance(value, dict)
+        return value
+
+    def config(
+        self, table: _AgentTable, where: tuple[str, ...], model: str | None
+    ) -> SessionConfig:
+        model = table.model or model
+        if model is None:
+            raise self.fail(where + ("model",), "no model: set model here, or pass --model")
+        settings: dict[str, Any] = {
+            "model": sendable_model_spec(model, cwd=self.path.parent),
+            "system": table.system,
+            "tool_modules": table.tools or [],
+            "approval_tools": table.require_approval or [],
+            "approvers": table.approvers or [],
+            "approval_timeout_s": table.approval_timeout_s,
+            "max_cycles_per_turn": table.max_cycles,
+            "max_session_tokens": table.token_budget,
+            "context_messages": table.context_messages,
+        }
+        if table.output_schema is not None:
+            settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))
+        return SessionConfig(**settings)
+
+    def agents(
+        self, table: _AgentTable, where: tuple[str, ...], model: str | None, ancestors: list[str]
+    ) -> dict[str, SubAgentFile]:
+        found: dict[str, SubAgentFile] = {}
+        for name, sub in table.agents.items():
+            at = (*where, "agents", name)
+            if not AGENT_NAME.match(name) or name == OUTPUT_TOOL:
+                raise self.fail(at, "a sub-agent's name must be a tool name (letters, digits, _ -)")
+            if name in ancestors:
+                raise self.fail(at, f"sub-agent {name!r} is nested in itself")
+            if len(ancestors) + 1 > MAX_AGENT_DEPTH:
+                raise self.fail(at, f"sub-agents nested deeper than {MAX_AGENT_DEPTH} levels")
+            if sub.description is None:
+                raise self.fail(at + ("description",), "a sub-agent needs a description")
+            sub_model = sub.model or model
+            agents = self.agents(sub, at, sub_model, [*ancestors, name])
+            config = self.config(sub, at, sub_model).model_copy(
+                update={"agents": sub_agents(agents)}
+            )
+            found[name] = SubAgentFile(
+                name=name, description=sub.description, config=config, agents=agents
+            )
+        return found
+
+
+def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
+    """Read an agent file.
+
+    Args:
+        path: the TOML file; relative paths inside it (``output_schema``, a scripted model)
+            are relative to its directory.
+        model: the model to use where the file names none (``--model``, ``KEEL_MODEL``).
+
+    Raises:
+        AgentFileError: naming the file, the line and the key.
+    """
+    file = local_path(str(path))
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise AgentFileError(f"{file}: cannot read: {err.strerror or err}") from err
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise AgentFileError(f"{file}: not valid TOML: {err}") from err
+    reader = _Reader(file, text)
+    try:
+        table = _AgentTable.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = tuple(p for p in first["loc"] if not _is_union_tag(p))
+        what = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise reader.fail(loc, what) from err
+    if table.description is not None:
+        raise reader.fail(("description",), "only a sub-agent ([agents.NAME]) has a description")
+    try:
+        config = reader.config(table, (), model)
+        agents = reader.agents(table, (), table.model or model, [])
+    except ValidationError as err:  # a setting SessionConfig refuses
+        raise AgentFileError(f"{file}: {err}") from err
+    config = config.model_copy(update={"agents": sub_agents(agents)})
+    return AgentFile(path=file, config=config, agents=agents)
+
+
+def sub_agents(agents: dict[str, SubAgentFile]) -> dict[str, SubAgent]:
+    """The ``SessionConfig.agents`` of an agent file's sub-agents."""
+    return {n: SubAgent(description=a.description, config=a.config) for n, a in agents.items()}
+
+
+def _is_union_tag(part: str | int) -> bool:
+    """Pydantic's names for a union's branches in an error location (``str``, ``dict[...]``)."""
+    return isinstance(part, str) and (part in ("str", "int", "float") or "[" in part)

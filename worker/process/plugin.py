@@ -1,0 +1,82 @@
+"""``KeelPlugin``: Keel inside a Temporal application of your own.
+
+``Client.connect(address, plugins=[KeelPlugin(tool_modules=[...])])`` gives the client Keel's
+data converter; every worker built on that client (a plain ``temporalio.worker.Worker``)
+then also runs ``AgentSession`` and Keel's activities, in Keel's workflow sandbox, next to
+your own workflows, which call ``workflows.run_agent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker
+
+from activities.mcp.config import McpServerConfig
+from activities.model_call import ModelActivities
+from activities.store import ConversationStore, open_store
+from activities.tool_run import ToolActivities
+from activities.tools import load_tool_modules
+from worker.payloads import DATA_CONVERTER
+from worker.process.sandbox import sandbox_runner
+from worker.settings import Settings
+from workflows.session import AgentSession
+
+if TYPE_CHECKING:
+    from activities.mcp.servers import McpServers
+
+
+class KeelPlugin(SimplePlugin):
+    """A temporalio plugin adding Keel to a client and to the workers built on it.
+
+    On the client: Keel's data converter (pydantic payloads). On a worker: ``AgentSession``,
+    the model and tool activities (with the plugin's tool modules, MCP servers and store),
+    and Keel's workflow sandbox (which also runs your workflows).
+    """
+
+    def __init__(
+        self,
+        tool_modules: Sequence[str] = (),
+        *,
+        store: ConversationStore | None = None,
+        mcp_servers: Sequence[McpServerConfig] = (),
+    ) -> None:
+        """Load the tool modules and open the store now; MCP servers start with a worker.
+
+        Args:
+            tool_modules: modules whose ``@tool`` functions the sessions may use.
+            store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
+            mcp_servers: MCP servers whose tools the sessions may use; connected while a
+                worker runs.
+
+        Raises:
+            ToolModuleError: a tool module cannot be imported.
+        """
+        load_tool_modules(list(tool_modules))
+        store = store if store is not None else open_store(Settings.from_env().store)
+        self._mcp: McpServers | None = None
+        if mcp_servers:
+            from activities.mcp.servers import McpServers  # the MCP SDK only when needed
+
+            self._mcp = McpServers(list(mcp_servers))
+        model, tools = ModelActivities(store, self._mcp), ToolActivities(store, self._mcp)
+        super().__init__(
+            "keel",
+            data_converter=lambda _: DATA_CONVERTER,
+            workflows=[AgentSession],
+            activities=[model.converse, tools.run],
+            workflow_runner=lambda _: sandbox_runner(),
+        )
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run the worker, between its MCP servers' start and close when it has any."""
+        if self._mcp is None:
+            await next(worker)
+            return
+        await self._mcp.start()
+        try:
+            await next(worker)
+        finally:
+            await self._mcp.aclose()
