@@ -51,6 +51,13 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     for message in state.messages:
         for block in message.content:
             print(f"{message.role}: {render_block(block.model_dump(mode='json'))}")
+    for event in state.events:
+        if event.type == "interrupt_decided" and event.detail.get("key"):
+            d = event.detail
+            print(
+                f"[interrupt {d.get('id')} {d.get('status')} by {d.get('by')}, "
+                f"signature verified: key {d.get('key')}]"
+            )
     for t in state.turns:
         u = t.usage
         print(

@@ -20,6 +20,7 @@ from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
 from workflows.messages import Message
+from workflows.signing import BadSignature, public_key_bytes
 
 
 class UsageError(Exception):
@@ -101,12 +102,35 @@ def new_session_config(args: argparse.Namespace, model: str | None) -> SessionCo
             tool_modules=tool_modules(args.tools),
             approval_tools=tool_modules(args.require_approval),
             approvers=tool_modules(args.approvers),
+            approver_keys=approver_keys(getattr(args, "approver_key", None) or []),
             approval_timeout_s=args.approval_timeout,
             max_cycles_per_turn=args.max_cycles,
             max_session_tokens=args.token_budget,
         )
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def approver_keys(values: Sequence[str]) -> dict[str, str]:
+    """``--approver-key NAME=PUBLIC_KEY`` flags, checked.
+
+    Raises:
+        UsageError: not ``NAME=ed25519:<base64 of 32 bytes>``, or a name given twice.
+    """
+    keys: dict[str, str] = {}
+    for value in values:
+        name, sep, key = value.partition("=")
+        name, key = name.strip(), key.strip()
+        if not sep or not name or not key:
+            raise UsageError(f"--approver-key {value!r}: expected NAME=PUBLIC_KEY")
+        if name in keys:
+            raise UsageError(f"--approver-key: {name!r} is given twice")
+        try:
+            public_key_bytes(key)
+        except BadSignature as err:
+            raise UsageError(f"--approver-key {name}: {err}") from None
+        keys[name] = key
+    return keys
 
 
 def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:
