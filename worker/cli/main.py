@@ -20,7 +20,7 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.mcp import McpConfigError, McpServerError
-from activities.store import StoreError
+from activities.store import EncryptionKeyError, StoreError
 from activities.tools import ToolModuleError
 from worker.cli.console import EXIT_FAILED, EXIT_INVALID
 from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
@@ -46,7 +46,7 @@ _INVALID = (
     ApproverKeyError,
 )
 # Failures of what the command needs (Temporal, a worker, the store): exit 1.
-_FAILED = (TemporalUnreachable, DevServerError, StoreError)
+_FAILED = (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -36,7 +36,7 @@ def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> Kee
     return KeelClient(
         connection.client,
         settings.task_queue,
-        open_store(settings.store),
+        open_store(settings.store, settings.keyring()),
         query_timeout_s=QUERY_TIMEOUT_S,
         wait_for_worker=wait_for_worker,
         on_waiting=say_waiting if wait_for_worker else None,

@@ -21,8 +21,15 @@ from typing import TypeVar
 import temporalio.api.enums.v1 as enums
 import temporalio.api.taskqueue.v1 as taskqueue
 import temporalio.api.workflowservice.v1 as wsv1
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
+
+from activities.store.encrypted import EncryptionKeyError
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +189,10 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+# The message temporalio puts on a failure whose real message is encoded (encrypted).
+ENCODED_FAILURE = "Encoded failure"
+
+
 async def call_session(session_id: str, call: Awaitable[T]) -> T:
     """Await a call to a session, turning Temporal's errors into Keel's."""
     try:
@@ -190,6 +201,14 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
         cause = err.cause
         message = getattr(cause, "message", None) or str(cause or err)
         raise RequestRejected(message, kind=getattr(cause, "type", None)) from err
+    except WorkflowQueryFailedError as err:
+        if err.message == ENCODED_FAILURE:
+            raise EncryptionKeyError(
+                f"session {session_id!r}: the worker failed the request with an encrypted "
+                "error this client cannot read; most likely the worker and this client have "
+                "different keys (KEEL_ENCRYPTION_KEY, KEEL_DECRYPTION_KEYS)"
+            ) from err
+        raise
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise SessionNotFound(f"no session {session_id!r}") from err
