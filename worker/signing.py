@@ -24,9 +24,7 @@ class ApproverKeyError(ValueError):
 
 def public_key_text(key: Ed25519PrivateKey) -> str:
     """``ed25519:<base64 of the raw 32-byte public key>``."""
-    raw = key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return PUBLIC_KEY_PREFIX + base64.b64encode(raw).decode()
 
 

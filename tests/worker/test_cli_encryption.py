@@ -1,4 +1,4 @@
-"""KEEL_ENCRYPTION_KEY through the CLI.
+"""KEEL_ENCRYPTION_KEY through the CLI, and ``keel codec-server`` with the ``temporal`` CLI.
 
 A canary is in ``keel show``, and nowhere in Temporal's history or the store's files.
 """
@@ -6,8 +6,11 @@ A canary is in ``keel show``, and nowhere in Temporal's history or the store's f
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +19,38 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers.cli import ROOT, keel
-from tests.helpers.encryption import history_payload_data, new_key, store_bytes
+from tests.helpers.encryption import history_payload_data, json_payload_data, new_key, store_bytes
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+from tests.helpers.temporal import free_port
+from worker.server.devserver import find_temporal_cli
 
 CANARY = "CANARY-7f3a9c"
+
+
+@contextmanager
+def codec_server(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "codec-server", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "codec server did not start"
+            time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
 
 
 @contextmanager
@@ -88,3 +119,53 @@ async def test_a_canary_is_only_readable_with_the_key(
     files = store_bytes(store)
     assert files and CANARY.encode() not in files
 
+    # keel codec-server: the temporal CLI shows the history in the clear with the token only
+    port = free_port()
+    address = server_env["TEMPORAL_ADDRESS"]
+    codec_env = env | {"KEEL_CODEC_TOKEN": "s3cret"}
+    no_token = keel("codec-server", "--port", str(port), env=env)
+    assert no_token.returncode == 2 and "KEEL_CODEC_TOKEN" in no_token.stderr
+    with codec_server(codec_env, port):
+        endpoint = f"http://127.0.0.1:{port}"
+
+        def show(*auth: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    find_temporal_cli() or "temporal",
+                    "workflow",
+                    "show",
+                    "-w",
+                    session,
+                    "--address",
+                    address,
+                    "--output",
+                    "json",
+                    "--codec-endpoint",
+                    endpoint,
+                    *auth,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        clear = show("--codec-auth", "Bearer s3cret")
+        assert clear.returncode == 0, clear.stderr
+        assert CANARY.encode() in json_payload_data(clear.stdout)
+        assert "encryption-key-id" not in clear.stdout
+        for auth in (("--codec-auth", "Bearer wrong"),):
+            refused = show(*auth)
+            assert refused.returncode != 0 or "encryption-key-id" in refused.stdout
+            assert CANARY not in refused.stdout + refused.stderr
+        # the Web UI's preflight: CORS for its origin, no token needed for OPTIONS
+        preflight = urllib.request.Request(
+            f"{endpoint}/decode",
+            method="OPTIONS",
+            headers={
+                "Origin": "http://localhost:8233",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type,x-namespace",
+            },
+        )
+        with urllib.request.urlopen(preflight, timeout=10) as answer:
+            assert answer.headers["access-control-allow-origin"] == "http://localhost:8233"

@@ -29,14 +29,30 @@ def test_keygen_then_only_the_right_key_approves(
     session = f"cli-{uuid.uuid4().hex[:8]}"
     model = approval_script(tmp_path / "s.json", target)
     bad_key = keel(
-        "run", "--session", session, "--model", model, "--approver-key", "alice=ed25519:AAAA",
-        "go", env=server_env,
+        "run",
+        "--session",
+        session,
+        "--model",
+        model,
+        "--approver-key",
+        "alice=ed25519:AAAA",
+        "go",
+        env=server_env,
     )
     assert bad_key.returncode == 2 and "--approver-key alice" in bad_key.stderr
     waiting = keel(
-        "run", "--json", "--session", session, "--model",
-        model, "--tools", SAMPLE_TOOLS,
-        "--approver-key", f"alice={public}", "do the guarded thing", env=server_env,
+        "run",
+        "--json",
+        "--session",
+        session,
+        "--model",
+        model,
+        "--tools",
+        SAMPLE_TOOLS,
+        "--approver-key",
+        f"alice={public}",
+        "do the guarded thing",
+        env=server_env,
     )
     assert waiting.returncode == 3, waiting.stderr
     [interrupt] = json.loads(waiting.stdout)["interrupts"]
@@ -45,7 +61,13 @@ def test_keygen_then_only_the_right_key_approves(
     unsigned = keel("approve", session, iid, "--approver", "alice", env=server_env)
     assert unsigned.returncode == 2 and "is not signed" in unsigned.stderr
     wrong = keel(
-        "approve", session, iid, "--approver", "alice", "--key", str(tmp_path / "m.pem"),
+        "approve",
+        session,
+        iid,
+        "--approver",
+        "alice",
+        "--key",
+        str(tmp_path / "m.pem"),
         env=server_env,
     )
     assert wrong.returncode == 2 and "does not verify" in wrong.stderr

@@ -33,8 +33,9 @@ def keys(tmp_path: Path, *names: str) -> dict[str, tuple[ApproverKey, str]]:
     return out
 
 
-def signed(key: ApproverKey, session: str, interrupt: str, decision: str, reason: str | None,
-           approver: str) -> dict[str, Any]:
+def signed(
+    key: ApproverKey, session: str, interrupt: str, decision: str, reason: str | None, approver: str
+) -> dict[str, Any]:
     return {
         "interrupt_id": interrupt,
         "decision": decision,
@@ -68,8 +69,9 @@ async def test_only_a_signature_by_the_named_key_decides(
     session = sid()
     async with run_worker():
         first = await keel.run(session, "go", config=config, timeout_s=30)
-        await keel.run(other, "go", config=script(steps, approver_keys={"alice": k["alice"][1]}),
-                       timeout_s=30)
+        await keel.run(
+            other, "go", config=script(steps, approver_keys={"alice": k["alice"][1]}), timeout_s=30
+        )
         [interrupt] = first.interrupts
         other_id = (await keel.pending(other)).interrupts[0].id
         iid = interrupt.id
@@ -137,14 +139,15 @@ async def test_a_signed_decide_signal_counts_and_a_forged_one_is_ignored(
         first = await keel.run(session, "go", config=config, timeout_s=30)
         iid = first.interrupts[0].id
         handle = keel.client.get_workflow_handle(session)
-        await handle.signal("decide", signed(k["mallory"][0], session, iid, "approve", None,
-                                             "alice"))
-        await handle.signal("decide", {"interrupt_id": iid, "decision": "approve",
-                                       "approver": "alice"})
+        await handle.signal(
+            "decide", signed(k["mallory"][0], session, iid, "approve", None, "alice")
+        )
+        await handle.signal(
+            "decide", {"interrupt_id": iid, "decision": "approve", "approver": "alice"}
+        )
         await asyncio.sleep(1.0)
         assert (await keel.turn(session, first.turn_id)).status == "awaiting_human"
-        await handle.signal("decide", signed(k["alice"][0], session, iid, "approve", None,
-                                             "alice"))
+        await handle.signal("decide", signed(k["alice"][0], session, iid, "approve", None, "alice"))
         done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
     assert done.status == "completed"
     assert target.read_text().splitlines() == ["s"]
@@ -157,8 +160,10 @@ async def test_answers_are_signed_too(
     alice = k["alice"][0]
     config = script(
         [
-            respond(tool_use("p1", "pick_account", query="rent", log=str(tmp_path / "r")),
-                    stop="tool_use"),
+            respond(
+                tool_use("p1", "pick_account", query="rent", log=str(tmp_path / "r")),
+                stop="tool_use",
+            ),
             respond(text("paid")),
         ],
         approver_keys={"alice": k["alice"][1]},

@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.mcp import McpConfigError, McpServerError
 from activities.store import EncryptionKeyError, StoreError
 from activities.tools import ToolModuleError
+from worker.cli.codec import cmd_codec_server
 from worker.cli.console import EXIT_FAILED, EXIT_INVALID
 from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
 from worker.cli.run_inputs import UsageError
@@ -204,6 +205,24 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("name", help="the approver's name")
     keygen.add_argument("--out", metavar="FILE", help="where to write it (default: NAME.key)")
     keygen.set_defaults(handler=cmd_keygen)
+
+    codec = sub.add_parser(
+        "codec-server",
+        help="decode encrypted payloads for the Temporal Web UI and CLI",
+        description="Serve Temporal's codec protocol (POST /encode, /decode) with "
+        "KEEL_ENCRYPTION_KEY and KEEL_DECRYPTION_KEYS; callers send "
+        "Authorization: Bearer $KEEL_CODEC_TOKEN.",
+    )
+    codec.add_argument("--port", type=int, required=True, help="port to listen on")
+    codec.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    codec.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="URL",
+        help="a browser origin allowed to call it, repeatable (default: the dev server's UI, "
+        "http://localhost:8233)",
+    )
+    codec.set_defaults(handler=cmd_codec_server)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
     steer.add_argument("session")

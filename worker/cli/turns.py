@@ -98,6 +98,7 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    key = _approver_key(args)  # a bad key file fails before anything is sent
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.decide(
@@ -106,7 +107,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
             args.decision,
             reason=args.reason,
             approver=_approver(args),
-            key=_approver_key(args),
+            key=key,
         )
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
@@ -114,11 +115,10 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
     value = parse_answer(args.value)
+    key = _approver_key(args)
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
-        ack = await keel.respond(
-            args.session, args.id, value, responder=_approver(args), key=_approver_key(args)
-        )
+        ack = await keel.respond(args.session, args.id, value, responder=_approver(args), key=key)
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
 
