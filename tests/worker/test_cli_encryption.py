@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -169,3 +170,33 @@ async def test_a_canary_is_only_readable_with_the_key(
         )
         with urllib.request.urlopen(preflight, timeout=10) as answer:
             assert answer.headers["access-control-allow-origin"] == "http://localhost:8233"
+
+
+def test_keel_run_says_why_a_worker_with_another_key_makes_no_progress(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    store = str(tmp_path / "store")
+    model = write_script(tmp_path / "s.json", [respond(text("hello"))])
+    env = {**server_env, "KEEL_ENCRYPTION_KEY": new_key(), "KEEL_STORE": store}
+    with worker(env | {"KEEL_ENCRYPTION_KEY": new_key()}):
+        run = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "run", "--model", model, "--progress", "hi"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        guard = threading.Timer(90, run.kill)  # never wait forever for the line
+        guard.start()
+        try:
+            assert run.stderr is not None
+            line = run.stderr.readline()
+            while line and "keeps failing" not in line:
+                line = run.stderr.readline()
+        finally:
+            guard.cancel()
+            run.kill()
+            run.wait(timeout=30)
+    assert "its workflow task keeps failing on the worker" in line, line
+    assert "different keys" in line, line
