@@ -17,11 +17,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.store import ConversationStore, open_store
+from activities.store import ConversationStore, Keyring, open_store
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server
 from worker.client.keel_client import KeelClient
+from worker.payloads import data_converter
 from worker.process.assembly import build_worker
 from workflows import SessionConfig
 
@@ -33,8 +34,23 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture
-def client(temporal_env: WorkflowEnvironment) -> Client:
-    return temporal_env.client
+def keyring() -> Keyring | None:
+    """The encryption keys of this test's clients, workers and store: none by default.
+
+    A test module that defines its own ``keyring`` fixture (``tests.helpers.encryption``)
+    runs with encryption on: every payload and stored object encrypted.
+    """
+    return None
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment, keyring: Keyring | None) -> Client:
+    if keyring is None:
+        return temporal_env.client
+    base = temporal_env.client
+    return Client(
+        base.service_client, namespace=base.namespace, data_converter=data_converter(keyring)
+    )
 
 
 @pytest.fixture
@@ -43,9 +59,9 @@ def task_queue() -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ConversationStore:
+def store(tmp_path: Path, keyring: Keyring | None) -> ConversationStore:
     """This test's conversation store, shared by its workers and its KeelClient."""
-    return open_store(str(tmp_path / "store"))
+    return open_store(str(tmp_path / "store"), keyring)
 
 
 @pytest.fixture

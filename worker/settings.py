@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 
 from temporalio.service import TLSConfig
 
+from activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
+
 DEFAULT_TASK_QUEUE = "keel"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -80,6 +82,10 @@ class Settings:
         tls_ca_data: ``TEMPORAL_TLS_SERVER_CA_CERT_DATA``, the CA itself.
         rpc_metadata: ``TEMPORAL_GRPC_META_<NAME>=value`` variables, as gRPC headers
             (``<name>`` lower-cased, ``_`` becoming ``-``).
+        encryption_key: ``KEEL_ENCRYPTION_KEY``, base64 of 32 bytes: encrypts every payload
+            sent to Temporal and every stored object (AES-256-GCM).
+        decryption_keys: ``KEEL_DECRYPTION_KEYS``, comma-separated older keys that still
+            decrypt (rotation).
     """
 
     address: str | None
@@ -98,6 +104,8 @@ class Settings:
     tls_key_data: str | None = None
     tls_ca_data: str | None = None
     rpc_metadata: tuple[tuple[str, str], ...] = ()
+    encryption_key: str | None = field(default=None, repr=False)
+    decryption_keys: str | None = field(default=None, repr=False)
 
     @property
     def store(self) -> str:
@@ -132,7 +140,32 @@ class Settings:
             tls_key_data=env.get("TEMPORAL_TLS_CLIENT_KEY_DATA") or None,
             tls_ca_data=env.get("TEMPORAL_TLS_SERVER_CA_CERT_DATA") or None,
             rpc_metadata=metadata,
+            encryption_key=env.get("KEEL_ENCRYPTION_KEY") or None,
+            decryption_keys=env.get("KEEL_DECRYPTION_KEYS") or None,
         )
+
+    def keyring(self) -> Keyring | None:
+        """The encryption keys, checked; None when neither variable is set.
+
+        Raises:
+            ConfigError: a key is not base64 of 32 bytes (naming the variable).
+        """
+        if not self.encryption_key and not self.decryption_keys:
+            return None
+        try:
+            encrypt = (
+                parse_key(self.encryption_key, "KEEL_ENCRYPTION_KEY")
+                if self.encryption_key
+                else None
+            )
+            older = [
+                parse_key(text, f"KEEL_DECRYPTION_KEYS (key {n})")
+                for n, text in enumerate((self.decryption_keys or "").split(","), 1)
+                if text.strip()
+            ]
+        except EncryptionKeyError as err:
+            raise ConfigError(str(err)) from None
+        return Keyring.of(encrypt, older)
 
     def client_options(self) -> ClientOptions:
         """Check the connection settings and read the TLS files.

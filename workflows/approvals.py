@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from workflows.boundary import InputRejected
 from workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
+from workflows.signing import BadSignature, fingerprint, signed_message, verify
 
 
 class UnknownInterrupt(InputRejected):
@@ -25,45 +26,77 @@ def needs_approval(spec: ToolSpec, config: SessionConfig) -> bool:
 
 
 def check_decision(
-    interrupts: Mapping[str, Interrupt], decision: Decision, config: SessionConfig
+    interrupts: Mapping[str, Interrupt],
+    decision: Decision,
+    config: SessionConfig,
+    session_id: str = "",
 ) -> Interrupt:
     """The pending interrupt a decision names, or why the decision is refused.
 
     Args:
         interrupts: every interrupt this session created, by id.
         decision: the decision as received.
-        config: the session's configuration (allowed approvers).
+        config: the session's configuration (allowed approvers, their keys).
+        session_id: the session's id, which a signature must be bound to.
 
     Returns:
         The pending interrupt to decide.
 
     Raises:
         UnknownInterrupt: the id names no interrupt of this session.
-        InputRejected: the interrupt is no longer pending or is a question, or the approver
-            is not allowed.
+        InputRejected: the interrupt is no longer pending or is a question, the approver
+            is not allowed, or the session wants signed decisions and this one's signature
+            is missing or does not verify.
     """
     interrupt = _pending(interrupts, decision.interrupt_id)
     if interrupt.kind != "approval":
         raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
     _check_person(config, decision.approver, "decision")
+    message = signed_message(
+        session_id,
+        decision.interrupt_id,
+        "decide",
+        decision.decision,
+        decision.reason,
+        decision.approver,
+    )
+    _check_signature(config, decision.approver, message, decision.signature, "decision")
     return interrupt
 
 
 def check_answer(
-    interrupts: Mapping[str, Interrupt], answer: Answer, config: SessionConfig
+    interrupts: Mapping[str, Interrupt],
+    answer: Answer,
+    config: SessionConfig,
+    session_id: str = "",
 ) -> Interrupt:
     """The pending question an answer is for, or why the answer is refused.
 
     Raises:
         UnknownInterrupt: the id names no interrupt of this session.
-        InputRejected: the interrupt is no longer pending or is an approval, or the
-            responder is not allowed.
+        InputRejected: the interrupt is no longer pending or is an approval, the
+            responder is not allowed, or the answer's signature is missing or does not verify
+            where the session wants signed answers.
     """
     interrupt = _pending(interrupts, answer.interrupt_id)
     if interrupt.kind != "question":
         raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
     _check_person(config, answer.responder, "answer")
+    message = signed_message(
+        session_id, answer.interrupt_id, "respond", answer.value, None, answer.responder
+    )
+    _check_signature(config, answer.responder, message, answer.signature, "answer")
     return interrupt
+
+
+def signer_fingerprint(config: SessionConfig, who: str | None) -> str | None:
+    """The fingerprint of the key that signed for ``who``, when the session wants signatures."""
+    if not config.approver_keys or who is None or who not in config.approver_keys:
+        return None
+    try:
+        return fingerprint(config.approver_keys[who])
+    except BadSignature:
+        return None
 
 
 def _pending(interrupts: Mapping[str, Interrupt], interrupt_id: str) -> Interrupt:
@@ -85,6 +118,23 @@ def _check_person(config: SessionConfig, who: str | None, what: str) -> None:
             raise InputRejected(f"this session names its approvers; the {what} names none")
         if who not in config.approvers:
             raise InputRejected(f"{who!r} is not an approver of this session")
+
+
+def _check_signature(
+    config: SessionConfig, who: str | None, message: bytes, signature: str | None, what: str
+) -> None:
+    """With ``approver_keys``: the named approver's key must have signed ``message``."""
+    if not config.approver_keys:
+        return
+    if not who:
+        raise InputRejected(f"this session wants signed approvals; the {what} names no approver")
+    key = config.approver_keys.get(who)
+    if key is None:
+        raise InputRejected(f"{who!r} has no approver key in this session; the {what} is refused")
+    try:
+        verify(key, message, signature)
+    except BadSignature as err:
+        raise InputRejected(f"the {what} by {who!r} is refused: {err}") from None
 
 
 def denial_text(interrupt: Interrupt) -> str:

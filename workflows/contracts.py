@@ -94,6 +94,9 @@ class SessionConfig(KeelModel):
         approvers: identities allowed to decide; empty means anyone who can reach the
             session. The identity is what the decision claims: Temporal's own authorization
             decides who may send updates at all.
+        approver_keys: approver name -> Ed25519 public key (``ed25519:<base64>``). When any
+            is given, a decision or answer counts only when signed by the key of the approver
+            it names (``workflows.signing``); approvers without a key cannot decide.
         approval_timeout_s: deny an interrupt nobody decided within this many seconds.
         max_cycles_per_turn: end a turn (stop reason ``max_cycles``) before a model call
             past this many.
@@ -118,6 +121,7 @@ class SessionConfig(KeelModel):
     approval_tools: list[str] = Field(default_factory=list)
     policy: str | None = None
     approvers: list[str] = Field(default_factory=list)
+    approver_keys: dict[str, str] = Field(default_factory=dict)
     approval_timeout_s: float | None = Field(default=None, gt=0)
     max_cycles_per_turn: int | None = Field(default=None, gt=0)
     max_session_tokens: int | None = Field(default=None, gt=0)
@@ -186,6 +190,8 @@ class Interrupt(KeelModel):
         decision_reason: the reason given with the decision (or the timeout).
         expires_at: when the approval timeout denies it (ISO time), if the session has one.
         answer: the answer to a question.
+        key_fingerprint: the fingerprint of the approver key whose signature was verified,
+            when the session requires signed approvals (``decided_by`` is that approver).
     """
 
     id: str
@@ -199,19 +205,23 @@ class Interrupt(KeelModel):
     decision_reason: str | None = None
     expires_at: str | None = None
     answer: Any = None
+    key_fingerprint: str | None = None
 
 
 class Decision(KeelModel):
     """Input of the ``decide`` update and signal.
 
     A decision approves or denies; it cannot carry a tool input (unknown fields are
-    rejected), so what runs is what the model produced.
+    rejected), so what runs is what the model produced. ``signature``: base64 Ed25519
+    signature of ``workflows.signing.signed_message`` by the approver's key, required when
+    the session has ``approver_keys``.
     """
 
     interrupt_id: str = Field(min_length=1)
     decision: Literal["approve", "deny"]
     reason: str | None = None
     approver: str | None = None
+    signature: str | None = None
 
 
 class Answer(KeelModel):
@@ -221,11 +231,13 @@ class Answer(KeelModel):
         interrupt_id: the question's interrupt id.
         value: the answer, any JSON value (``ctx.interrupt`` returns it to the tool).
         responder: who answers; checked against the session's approvers when it names any.
+        signature: as ``Decision.signature``, over the answer's canonical JSON.
     """
 
     interrupt_id: str = Field(min_length=1)
     value: Any
     responder: str | None = None
+    signature: str | None = None
 
 
 class InterruptAck(KeelModel):

@@ -14,7 +14,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_contracts import ModelResponse, ToolResponse
-    from workflows.approvals import check_answer, check_decision
+    from workflows.approvals import check_answer, check_decision, signer_fingerprint
     from workflows.boundary import InputRejected, validate_prompt
     from workflows.contracts import (
         Answer,
@@ -49,6 +49,11 @@ def _expect(value: object, kind: type) -> None:
     """
     if not isinstance(value, kind):
         raise InputRejected(f"expected a {kind.__name__} payload, got {type(value).__name__}")
+
+
+def _session_id() -> str:
+    """The session's id (its workflow id, the same across continue-as-new)."""
+    return workflow.info().workflow_id
 
 
 def _update_key() -> str | None:
@@ -140,7 +145,7 @@ class SessionHandlers:
         again = self._answered(InterruptAck)
         if again is not None:
             return again
-        interrupt = check_decision(self._ledger.interrupts, input, self._config)
+        interrupt = check_decision(self._ledger.interrupts, input, self._config, _session_id())
         self._apply_decision(interrupt, input)
         return self._answer(_ack(interrupt))
 
@@ -149,14 +154,14 @@ class SessionHandlers:
         _expect(input, Decision)
         if self._answered(InterruptAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
-        check_decision(self._ledger.interrupts, input, self._config)
+        check_decision(self._ledger.interrupts, input, self._config, _session_id())
 
     @workflow.signal(name="decide")
     def decide_signal(self, input: Decision) -> None:
         """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
         try:
             _expect(input, Decision)
-            interrupt = check_decision(self._ledger.interrupts, input, self._config)
+            interrupt = check_decision(self._ledger.interrupts, input, self._config, _session_id())
         except InputRejected as err:
             held = self._hold(input)
             workflow.logger.warning("ignored decide signal: %s%s", err, held)
@@ -172,7 +177,7 @@ class SessionHandlers:
         again = self._answered(InterruptAck)
         if again is not None:
             return again
-        interrupt = check_answer(self._ledger.interrupts, input, self._config)
+        interrupt = check_answer(self._ledger.interrupts, input, self._config, _session_id())
         self._apply_answer(interrupt, input)
         return self._answer(_ack(interrupt))
 
@@ -181,14 +186,14 @@ class SessionHandlers:
         _expect(input, Answer)
         if self._answered(InterruptAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
-        check_answer(self._ledger.interrupts, input, self._config)
+        check_answer(self._ledger.interrupts, input, self._config, _session_id())
 
     @workflow.signal(name="respond")
     def respond_signal(self, input: Answer) -> None:
         """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
         try:
             _expect(input, Answer)
-            interrupt = check_answer(self._ledger.interrupts, input, self._config)
+            interrupt = check_answer(self._ledger.interrupts, input, self._config, _session_id())
         except InputRejected as err:
             held = self._hold(input)
             workflow.logger.warning("ignored respond signal: %s%s", err, held)
@@ -197,11 +202,13 @@ class SessionHandlers:
 
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
-        self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason)
+        key = signer_fingerprint(self._config, decision.approver)
+        self._ledger.close_interrupt(interrupt, status, decision.approver, decision.reason, key)
 
     def _apply_answer(self, interrupt: Interrupt, answer: Answer) -> None:
         interrupt.answer = answer.value
-        self._ledger.close_interrupt(interrupt, "answered", answer.responder)
+        key = signer_fingerprint(self._config, answer.responder)
+        self._ledger.close_interrupt(interrupt, "answered", answer.responder, key=key)
 
     def _hold(self, signal: object) -> str:
         """Keep a decide/respond signal whose interrupt is not open, for this workflow task.

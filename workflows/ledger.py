@@ -314,12 +314,25 @@ class Ledger(KeelModel):
         status: InterruptStatus,
         by: str | None = None,
         reason: str | None = None,
+        key: str | None = None,
     ) -> None:
-        """Record the outcome of a pending interrupt."""
+        """Record the outcome of a pending interrupt (``key``: the verified signer's key)."""
         interrupt.status = status
         interrupt.decided_by = by
         interrupt.decision_reason = reason
-        self.emit("interrupt_decided", turn=interrupt.turn, id=interrupt.id, status=status, by=by)
+        interrupt.key_fingerprint = key
+        turn = interrupt.turn
+        if key is None:
+            self.emit("interrupt_decided", turn=turn, id=interrupt.id, status=status, by=by)
+        else:
+            self.emit(
+                "interrupt_decided",
+                turn=interrupt.turn,
+                id=interrupt.id,
+                status=status,
+                by=by,
+                key=key,
+            )
         record = self.turns.get(interrupt.turn)
         if record is not None:
             self._refresh_status(record)

@@ -14,11 +14,23 @@ from activities.store.base import (
     StoreMissing,
     message_digest,
 )
+from activities.store.encrypted import (
+    EncryptedBackend,
+    EncryptionKeyError,
+    Keyring,
+    StoreEncryptionError,
+)
 from activities.store.local import LocalBackend
 
 
-def open_store(spec: str) -> ConversationStore:
+def open_store(spec: str, keyring: Keyring | None = None) -> ConversationStore:
     """A conversation store for a spec: ``s3://bucket[/prefix]``, ``dir:PATH`` or a path.
+
+    Args:
+        spec: where.
+        keyring: encrypts what is written and decrypts what is read (``KEEL_ENCRYPTION_KEY``);
+            without one, objects are written as they are, and an encrypted one fails to read,
+            naming its key.
 
     Raises:
         ValueError: the spec names no bucket.
@@ -29,14 +41,19 @@ def open_store(spec: str) -> ConversationStore:
         bucket, _, prefix = spec.removeprefix("s3://").partition("/")
         if not bucket:
             raise ValueError(f"store spec {spec!r} names no bucket: use s3://bucket/prefix")
-        return ConversationStore(S3Backend(bucket, prefix), name=spec)
-    path = spec.removeprefix("dir:")
-    return ConversationStore(LocalBackend(path), name=spec)
+        backend: BlobBackend = S3Backend(bucket, prefix)
+    else:
+        backend = LocalBackend(spec.removeprefix("dir:"))
+    return ConversationStore(EncryptedBackend(backend, keyring or Keyring()), name=spec)
 
 
 __all__ = [
     "BlobBackend",
     "ConversationStore",
+    "EncryptedBackend",
+    "EncryptionKeyError",
+    "Keyring",
+    "StoreEncryptionError",
     "StoreCorrupt",
     "StoreError",
     "StoreMissing",

@@ -47,6 +47,8 @@ COMMANDS = (
     "show",
     "watch",
     "sessions",
+    "keygen",
+    "codec-server",
 )
 # How each command that names a session is called for it (S: the session, I: an interrupt id).
 ON_A_SESSION = {
@@ -468,6 +470,17 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["watch", "s1", "--since", "x"], "keel watch: argument --since: invalid int value"),
     (["sessions", "--limit", "0"], "keel: --limit must be at least 1"),
     (["sessions", "--limit", "x"], "keel sessions: argument --limit: invalid int value"),
+    (["keygen"], "keel keygen: the following arguments are required: name"),
+    (["codec-server"], "keel codec-server: the following arguments are required: --port"),
+    (["codec-server", "--port", "1"], "keel codec-server needs KEEL_ENCRYPTION_KEY"),
+    (
+        ["approve", "s1", "i1", "--key", "/no/such.key"],
+        "keel: cannot read approver key /no/such.key: No such file",
+    ),
+    (
+        ["run", "--model", "scripted:x.json", "--approver-key", "alice", "hi"],
+        "keel: --approver-key 'alice': expected NAME=PUBLIC_KEY",
+    ),
 ]
 
 

@@ -29,7 +29,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.service import RPCError
 
-from activities.store import ConversationStore
+from activities.store import ConversationStore, Keyring
+from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from worker.client.keel_client import KeelClient
 from worker.process.assembly import build_worker
@@ -647,6 +648,12 @@ async def _cli_orphan(b: Bench) -> str:
 
 
 # ------------------------------------------------------------------ the table
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def keyring(request: pytest.FixtureRequest) -> Keyring | None:
+    """Every case twice: payloads and store in the clear, then encrypted (KEEL_ENCRYPTION_KEY)."""
+    return keyring_of(new_key()) if request.param == "encrypted" else None
 
 
 @pytest.fixture

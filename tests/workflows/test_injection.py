@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
-from activities.store import ConversationStore
+from activities.store import ConversationStore, Keyring
+from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from worker.client.keel_client import KeelClient
 from worker.process.assembly import build_worker
@@ -521,6 +522,12 @@ async def _(c: Corpus) -> None:
 
 
 # ------------------------------------------------------------------ the corpus
+
+
+@pytest.fixture(params=["plain", "encrypted"])
+def keyring(request: pytest.FixtureRequest) -> Keyring | None:
+    """Every case twice: payloads and store in the clear, then encrypted (KEEL_ENCRYPTION_KEY)."""
+    return keyring_of(new_key()) if request.param == "encrypted" else None
 
 
 @pytest.mark.parametrize("attack", VARIANTS)

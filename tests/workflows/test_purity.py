@@ -19,13 +19,18 @@ WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 ALLOWED_ROOTS = {
     "__future__",
     "asyncio",
+    "base64",
+    "binascii",
     "builtins",
     "collections",
+    "cryptography",  # workflows.signing: Ed25519 verification, a pure function
     "dataclasses",
     "datetime",
     "enum",
     "functools",
+    "hashlib",
     "itertools",
+    "json",
     "pydantic",
     "re",
     "temporalio",

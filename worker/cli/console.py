@@ -126,6 +126,11 @@ def show_json(state: SessionState) -> dict[str, Any]:
             }
             for t in state.turns
         ],
+        "signed_decisions": [
+            {k: e.detail.get(k) for k in ("id", "status", "by", "key")}
+            for e in state.events
+            if e.type == "interrupt_decided" and e.detail.get("key")
+        ],
     }
 
 

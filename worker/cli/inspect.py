@@ -51,6 +51,13 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     for message in state.messages:
         for block in message.content:
             print(f"{message.role}: {render_block(block.model_dump(mode='json'))}")
+    for event in state.events:
+        if event.type == "interrupt_decided" and event.detail.get("key"):
+            d = event.detail
+            print(
+                f"[interrupt {d.get('id')} {d.get('status')} by {d.get('by')}, "
+                f"signature verified: key {d.get('key')}]"
+            )
     for t in state.turns:
         u = t.usage
         print(
@@ -95,9 +102,7 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
         waiting = any(t.status == "awaiting_human" for t in state.turns)
         return waiting or all(t.status not in ("queued", "running") for t in state.turns)
 
-    async with existing_session(
-        settings, args.session, writes=False, wait_for_worker=True
-    ) as keel:
+    async with existing_session(settings, args.session, writes=False, wait_for_worker=True) as keel:
         follower = Follower(
             keel,
             args.session,
@@ -133,7 +138,9 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
     async with open_connection(settings) as connection, _query_worker(connection):
-        keel = KeelClient(connection.client, settings.task_queue, open_store(settings.store))
+        keel = KeelClient(
+            connection.client, settings.task_queue, open_store(settings.store, settings.keyring())
+        )
         sessions = await keel.list_sessions(limit=args.limit)
     if args.json:
         print(json.dumps(sessions_json(sessions)))

@@ -20,18 +20,20 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.mcp import McpConfigError, McpServerError
-from activities.store import StoreError
+from activities.store import EncryptionKeyError, StoreError
 from activities.tools import ToolModuleError
+from worker.cli.codec import cmd_codec_server
 from worker.cli.console import EXIT_FAILED, EXIT_INVALID
 from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
 from worker.cli.run_inputs import UsageError
 from worker.cli.serving import cmd_dev, cmd_worker
 from worker.cli.session_access import START_A_WORKER
-from worker.cli.turns import cmd_cancel, cmd_decide, cmd_respond, cmd_run, cmd_steer
+from worker.cli.turns import cmd_cancel, cmd_decide, cmd_keygen, cmd_respond, cmd_run, cmd_steer
 from worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
 from worker.server.connection import TemporalUnreachable
 from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
+from worker.signing import ApproverKeyError
 
 # Failures of the request itself: exit 2 with the reason.
 _INVALID = (
@@ -42,9 +44,10 @@ _INVALID = (
     ToolModuleError,
     McpConfigError,
     McpServerError,
+    ApproverKeyError,
 )
 # Failures of what the command needs (Temporal, a worker, the store): exit 1.
-_FAILED = (TemporalUnreachable, DevServerError, StoreError)
+_FAILED = (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +85,15 @@ def _mcp_flag(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def _key_flag(cmd: argparse.ArgumentParser) -> None:
+    """``--key FILE``: the approver's private key, to sign with."""
+    cmd.add_argument(
+        "--key",
+        metavar="FILE",
+        help="sign with this private key (from `keel keygen`; default: KEEL_APPROVER_KEY)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``keel`` command."""
     parser = _Parser(prog="keel", description="Durable LLM agents on Temporal.")
@@ -102,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="tools that need approval in a new session",
     )
     run.add_argument("--approvers", metavar="ID[,ID]", help="who may decide (default: anyone)")
+    run.add_argument(
+        "--approver-key",
+        action="append",
+        default=[],
+        metavar="NAME=PUBLIC_KEY",
+        help="a new session accepts only decisions signed by these approvers' keys "
+        "(repeatable; PUBLIC_KEY as `keel keygen` prints it)",
+    )
     run.add_argument(
         "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
     )
@@ -167,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("id", help="the interrupt id (see keel pending)")
         cmd.add_argument("--reason", help="why; the model sees it when denied")
         cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+        _key_flag(cmd)
         _waiting_flags(cmd)
         cmd.set_defaults(handler=cmd_decide, decision=decision)
 
@@ -175,8 +196,37 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("id", help="the question's interrupt id (see keel pending)")
     answer.add_argument("value", help="the answer: JSON if it parses as JSON, else text")
     answer.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+    _key_flag(answer)
     _waiting_flags(answer)
     answer.set_defaults(handler=cmd_respond)
+
+    keygen = sub.add_parser(
+        "keygen",
+        help="make an approver key pair; prints the public key last",
+        description="Write an Ed25519 private key (PEM, mode 0600) and print its public key, "
+        "for `keel run --approver-key NAME=PUBLIC_KEY`.",
+    )
+    keygen.add_argument("name", help="the approver's name")
+    keygen.add_argument("--out", metavar="FILE", help="where to write it (default: NAME.key)")
+    keygen.set_defaults(handler=cmd_keygen)
+
+    codec = sub.add_parser(
+        "codec-server",
+        help="decode encrypted payloads for the Temporal Web UI and CLI",
+        description="Serve Temporal's codec protocol (POST /encode, /decode) with "
+        "KEEL_ENCRYPTION_KEY and KEEL_DECRYPTION_KEYS; callers send "
+        "Authorization: Bearer $KEEL_CODEC_TOKEN.",
+    )
+    codec.add_argument("--port", type=int, required=True, help="port to listen on")
+    codec.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    codec.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="URL",
+        help="a browser origin allowed to call it, repeatable (default: the dev server's UI, "
+        "http://localhost:8233)",
+    )
+    codec.set_defaults(handler=cmd_codec_server)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
     steer.add_argument("session")

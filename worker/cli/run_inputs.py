@@ -23,6 +23,7 @@ from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
 from workflows.messages import Message
+from workflows.signing import BadSignature, public_key_bytes
 
 
 class UsageError(Exception):
@@ -113,6 +114,7 @@ def new_session_config(
         "max_cycles_per_turn": args.max_cycles,
         "max_session_tokens": args.token_budget,
         "output_schema": read_output_schema(args.output_schema),
+        "approver_keys": approver_keys(args.approver_key) if args.approver_key else None,
     }
     settings.update({k: v for k, v in flags.items() if v is not None})
     try:
@@ -173,6 +175,28 @@ def read_output_schema(path: str | None) -> dict[str, Any] | None:
         raise UsageError(f"--output-schema {path}: {err}") from err
     assert isinstance(schema, dict)  # check_output_schema refuses anything else
     return schema
+
+
+def approver_keys(values: Sequence[str]) -> dict[str, str]:
+    """``--approver-key NAME=PUBLIC_KEY`` flags, checked.
+
+    Raises:
+        UsageError: not ``NAME=ed25519:<base64 of 32 bytes>``, or a name given twice.
+    """
+    keys: dict[str, str] = {}
+    for value in values:
+        name, sep, key = value.partition("=")
+        name, key = name.strip(), key.strip()
+        if not sep or not name or not key:
+            raise UsageError(f"--approver-key {value!r}: expected NAME=PUBLIC_KEY")
+        if name in keys:
+            raise UsageError(f"--approver-key: {name!r} is given twice")
+        try:
+            public_key_bytes(key)
+        except BadSignature as err:
+            raise UsageError(f"--approver-key {name}: {err}") from None
+        keys[name] = key
+    return keys
 
 
 def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:

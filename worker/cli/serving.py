@@ -45,7 +45,14 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     async with DevServer(
         settings.home, port=args.port, ui=True, namespace=settings.namespace
     ) as server:
-        client, _ = await connect_configured(Settings(server.address, settings.namespace))
+        client, _ = await connect_configured(
+            Settings(
+                server.address,
+                settings.namespace,
+                encryption_key=settings.encryption_key,
+                decryption_keys=settings.decryption_keys,
+            )
+        )
         async with mcp_servers_running(mcp_servers(args.mcp)) as mcp:
             worker = build_worker(
                 client, settings.task_queue, tool_modules(args.tools), mcp_servers=mcp or ()

@@ -20,7 +20,8 @@ QUERY_TIMEOUT_S = 10.0
 
 def say_waiting(wait: WorkerWait) -> None:
     """Tell the person on stderr that a request waits for a worker."""
-    print(f"keel: {wait}; {START_A_WORKER}", file=sys.stderr, flush=True)
+    hint = "" if wait.failing is not None else f"; {START_A_WORKER}"
+    print(f"keel: {wait}{hint}", file=sys.stderr, flush=True)
 
 
 def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> KeelClient:
@@ -36,7 +37,7 @@ def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> Kee
     return KeelClient(
         connection.client,
         settings.task_queue,
-        open_store(settings.store),
+        open_store(settings.store, settings.keyring()),
         query_timeout_s=QUERY_TIMEOUT_S,
         wait_for_worker=wait_for_worker,
         on_waiting=say_waiting if wait_for_worker else None,

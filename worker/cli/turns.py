@@ -38,6 +38,7 @@ from worker.cli.session_access import existing_session, keel_client
 from worker.client import KeelClient, RequestRejected
 from worker.server.connection import open_connection
 from worker.settings import Settings
+from worker.signing import ApproverKey, generate_key
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -101,10 +102,16 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    key = _approver_key(args)  # a bad key file fails before anything is sent
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.decide(
-            args.session, args.id, args.decision, reason=args.reason, approver=_approver(args)
+            args.session,
+            args.id,
+            args.decision,
+            reason=args.reason,
+            approver=_approver(args),
+            key=key,
         )
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
@@ -112,9 +119,10 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
     value = parse_answer(args.value)
+    key = _approver_key(args)
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
-        ack = await keel.respond(args.session, args.id, value, responder=_approver(args))
+        ack = await keel.respond(args.session, args.id, value, responder=_approver(args), key=key)
         return await _finish_turn(keel, args.session, ack.turn_id, since, args)
 
 
@@ -141,6 +149,22 @@ def _interactive(args: argparse.Namespace) -> bool:
     if args.json or getattr(args, "no_input", False):
         return False
     return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel keygen NAME``: write a private key; print its public key, last."""
+    path = args.out or f"{args.name}.key"
+    public = generate_key(path)
+    print(f"private key of approver {args.name!r} written to {path} (keep it secret)")
+    print(f"start a session with: --approver-key {args.name}={public}")
+    print(public)
+    return EXIT_OK
+
+
+def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
+    """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
+    path = getattr(args, "key", None) or os.environ.get("KEEL_APPROVER_KEY")
+    return ApproverKey.load(path) if path else None
 
 
 def _approver(args: argparse.Namespace) -> str:
@@ -172,14 +196,25 @@ async def _finish_turn(
                     value = await ask_question(interrupt)
                     if value is None:
                         return print_turn(session, await keel.turn(session, turn_id), False)
-                    await keel.respond(session, interrupt.id, value[0], responder=_approver(args))
+                    await keel.respond(
+                        session,
+                        interrupt.id,
+                        value[0],
+                        responder=_approver(args),
+                        key=_approver_key(args),
+                    )
                     continue
                 answer = await ask_decision(interrupt)
                 if answer is None:
                     return print_turn(session, await keel.turn(session, turn_id), False)
                 decision, reason = answer
                 await keel.decide(
-                    session, interrupt.id, decision, reason=reason, approver=_approver(args)
+                    session,
+                    interrupt.id,
+                    decision,
+                    reason=reason,
+                    approver=_approver(args),
+                    key=_approver_key(args),
                 )
             except RequestRejected as err:
                 print(f"keel: {err}", file=sys.stderr)

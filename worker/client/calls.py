@@ -21,8 +21,15 @@ from typing import TypeVar
 import temporalio.api.enums.v1 as enums
 import temporalio.api.taskqueue.v1 as taskqueue
 import temporalio.api.workflowservice.v1 as wsv1
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
+
+from activities.store.encrypted import EncryptionKeyError
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +124,22 @@ class WorkerWait:
         session_id: the session.
         waited_s: seconds since the request was sent.
         workers: what Temporal says of the workers on the session's task queue.
+        failing: why the session's workflow task keeps failing, when it does (a worker
+            with another encryption key, say); None otherwise.
     """
 
     session_id: str
     waited_s: float
     workers: Pollers
+    failing: str | None = None
 
     def __str__(self) -> str:
         """One line for a person."""
+        if self.failing is not None:
+            return (
+                f"session {self.session_id!r} is not progressing ({self.waited_s:.0f} s so far): "
+                f"its workflow task keeps failing on the worker: {self.failing}"
+            )
         return (
             f"waiting for a worker on task queue {self.workers.task_queue!r} "
             f"({self.waited_s:.0f} s so far; {self.workers})"
@@ -182,6 +197,10 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+# The message temporalio puts on a failure whose real message is encoded (encrypted).
+ENCODED_FAILURE = "Encoded failure"
+
+
 async def call_session(session_id: str, call: Awaitable[T]) -> T:
     """Await a call to a session, turning Temporal's errors into Keel's."""
     try:
@@ -190,6 +209,14 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
         cause = err.cause
         message = getattr(cause, "message", None) or str(cause or err)
         raise RequestRejected(message, kind=getattr(cause, "type", None)) from err
+    except WorkflowQueryFailedError as err:
+        if err.message == ENCODED_FAILURE:
+            raise EncryptionKeyError(
+                f"session {session_id!r}: the worker failed the request with an encrypted "
+                "error this client cannot read; most likely the worker and this client have "
+                "different keys (KEEL_ENCRYPTION_KEY, KEEL_DECRYPTION_KEYS)"
+            ) from err
+        raise
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise SessionNotFound(f"no session {session_id!r}") from err
@@ -331,6 +358,39 @@ class SessionCalls:
                 with suppress(asyncio.CancelledError):
                     await notices
 
+    async def task_failure(self, session_id: str) -> str | None:
+        """Why the session's workflow task keeps failing, if it has failed more than once.
+
+        A worker that cannot decrypt the session's history (another ``KEEL_ENCRYPTION_KEY``)
+        fails every workflow task, and Temporal retries it: the session waits rather than
+        breaks, and this tells why. An error this client cannot decrypt either is reported as
+        a key mismatch.
+        """
+        handle = self.client.get_workflow_handle(session_id)
+        try:
+            description = await handle.describe()
+        except RPCError:
+            return None
+        task = description.raw_description.pending_workflow_task
+        if task.attempt < 2:
+            return None
+        last = None
+        async for event in handle.fetch_history_events():
+            if event.HasField("workflow_task_failed_event_attributes"):
+                last = event.workflow_task_failed_event_attributes.failure
+        if last is None:
+            return None
+        if last.message != ENCODED_FAILURE:
+            return last.message
+        try:
+            error = await self.client.data_converter.decode_failure(last)
+        except EncryptionKeyError:
+            return (
+                "its error is encrypted with a key this client does not have: the worker and "
+                "this client have different keys (KEEL_ENCRYPTION_KEY, KEEL_DECRYPTION_KEYS)"
+            )
+        return str(error)
+
     async def _notices(self, session_id: str) -> None:
         """Tell ``on_waiting`` of a request still unanswered, after 3 s, then every 30 s."""
         assert self.on_waiting is not None
@@ -340,5 +400,6 @@ class SessionCalls:
         while True:
             await asyncio.sleep(max(0.0, sent + due - loop.time()))
             workers = await pollers(self.client, await self.session_task_queue(session_id))
-            self.on_waiting(WorkerWait(session_id, loop.time() - sent, workers))
+            failing = await self.task_failure(session_id)
+            self.on_waiting(WorkerWait(session_id, loop.time() - sent, workers, failing))
             due += NOTICE_EVERY_S

@@ -28,6 +28,7 @@ from worker.client.reading import (
     SessionSummary,
     WorkerWait,
 )
+from worker.signing import ApproverKey
 from workflows.approvals import UnknownInterrupt
 from workflows.boundary import InputRejected, validate_prompt
 from workflows.contracts import (
@@ -217,15 +218,34 @@ class KeelClient(SessionReader):
         *,
         reason: str | None = None,
         approver: str | None = None,
+        key: ApproverKey | None = None,
     ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
+        Args:
+            session_id: the session.
+            interrupt_id: the pending interrupt (see ``pending``).
+            decision: ``approve`` or ``deny``.
+            reason: why; the model sees it when denied.
+            approver: who decides; checked against the session's approvers.
+            key: the approver's private key, to sign with (sessions with approver keys).
+
         Raises:
-            RequestRejected: the id is unknown or no longer pending, or the approver is not
-                allowed; nothing was written to the session's history.
+            RequestRejected: the id is unknown or no longer pending, the approver is not
+                allowed, or the signature is missing or wrong; nothing was written to the
+                session's history.
         """
+        signature = (
+            None
+            if key is None
+            else key.sign(session_id, interrupt_id, "decide", decision, reason, approver)
+        )
         update = Decision(
-            interrupt_id=interrupt_id, decision=decision, reason=reason, approver=approver
+            interrupt_id=interrupt_id,
+            decision=decision,
+            reason=reason,
+            approver=approver,
+            signature=signature,
         )
         return await _settling(
             lambda: self._ask(
@@ -236,15 +256,36 @@ class KeelClient(SessionReader):
         )
 
     async def respond(
-        self, session_id: str, interrupt_id: str, value: Any, *, responder: str | None = None
+        self,
+        session_id: str,
+        interrupt_id: str,
+        value: Any,
+        *,
+        responder: str | None = None,
+        key: ApproverKey | None = None,
     ) -> InterruptAck:
         """Answer a tool's question (the validated ``respond`` update).
 
+        Args:
+            session_id: the session.
+            interrupt_id: the question's interrupt id.
+            value: the answer, any JSON value.
+            responder: who answers; checked against the session's approvers.
+            key: the responder's private key, to sign with (sessions with approver keys).
+
         Raises:
-            RequestRejected: the id is unknown, no longer pending or not a question, or the
-                responder is not allowed; nothing was written to the session's history.
+            RequestRejected: the id is unknown, no longer pending or not a question, the
+                responder is not allowed, or the signature is missing or wrong; nothing was
+                written to the session's history.
         """
-        update = Answer(interrupt_id=interrupt_id, value=value, responder=responder)
+        signature = (
+            None
+            if key is None
+            else key.sign(session_id, interrupt_id, "respond", value, None, responder)
+        )
+        update = Answer(
+            interrupt_id=interrupt_id, value=value, responder=responder, signature=signature
+        )
         return await _settling(
             lambda: self._ask(
                 session_id,

@@ -18,9 +18,10 @@ from temporalio.worker import Interceptor, Worker
 from activities.mcp.config import McpServerConfig
 from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
+from activities.store.encrypted import Keyring
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
-from worker.payloads import DATA_CONVERTER
+from worker.payloads import data_converter
 from worker.process.interceptors import KeelInterceptor
 from worker.process.sandbox import sandbox_runner
 from worker.settings import Settings
@@ -42,8 +43,9 @@ async def connect(
     api_key: str | None = None,
     rpc_metadata: Mapping[str, str] | None = None,
     runtime: Runtime | None = None,
+    keyring: Keyring | None = None,
 ) -> Client:
-    """A Temporal client that speaks Keel's pydantic payloads.
+    """A Temporal client that speaks Keel's pydantic payloads, encrypted with ``keyring``.
 
     Args:
         address: ``host:port`` of the Temporal frontend.
@@ -52,11 +54,13 @@ async def connect(
         api_key: a Temporal Cloud API key (sent as a bearer token).
         rpc_metadata: extra gRPC headers.
         runtime: the temporalio runtime (for SDK metrics); default the process-wide one.
+        keyring: encryption keys (``Settings.keyring``): every payload is encrypted with
+            them, and workers built on this client use them too; None: no encryption.
     """
     return await Client.connect(
         address,
         namespace=namespace,
-        data_converter=DATA_CONVERTER,
+        data_converter=data_converter(keyring),
         tls=tls,
         api_key=api_key,
         rpc_metadata=dict(rpc_metadata or {}),
@@ -80,7 +84,8 @@ def build_worker(
         client: a client from ``connect``.
         task_queue: the queue to poll.
         tool_modules: modules to import so their ``@tool`` functions register.
-        store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
+        store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``, encrypted
+            with ``KEEL_ENCRYPTION_KEY`` (and ``KEEL_DECRYPTION_KEYS``) when set.
         tracer_provider: an OpenTelemetry SDK tracer provider (see
             ``worker.process.telemetry.tracer_provider``): trace workflows and activities with
             temporalio's ``TracingInterceptor`` plus Keel's turn, model-call and tool-run
@@ -96,11 +101,13 @@ def build_worker(
 
     Raises:
         ToolModuleError: a tool module cannot be imported.
+        ConfigError: an encryption key in the environment is malformed.
         McpConfigError: two MCP servers have the same name.
     """
     load_tool_modules(list(tool_modules))
     if store is None:
-        store = open_store(Settings.from_env().store)
+        settings = Settings.from_env()
+        store = open_store(settings.store, settings.keyring())
     options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
     # Send heartbeats (which carry streamed model text for watchers) at most once a second
     # instead of every 0.8 x heartbeat timeout.

@@ -19,7 +19,7 @@ from activities.model_call import ModelActivities
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
-from worker.payloads import DATA_CONVERTER
+from worker.payloads import data_converter
 from worker.process.sandbox import sandbox_runner
 from worker.settings import Settings
 from workflows.session import AgentSession
@@ -53,9 +53,13 @@ class KeelPlugin(SimplePlugin):
 
         Raises:
             ToolModuleError: a tool module cannot be imported.
+            ConfigError: ``KEEL_ENCRYPTION_KEY`` or ``KEEL_DECRYPTION_KEYS`` is not a key.
         """
         load_tool_modules(list(tool_modules))
-        store = store if store is not None else open_store(Settings.from_env().store)
+        settings = Settings.from_env()
+        keyring = settings.keyring()  # KEEL_ENCRYPTION_KEY: payloads and store objects sealed
+        store = store if store is not None else open_store(settings.store, keyring)
+        converter = data_converter(keyring)
         self._mcp: McpServers | None = None
         if mcp_servers:
             from activities.mcp.servers import McpServers  # the MCP SDK only when needed
@@ -64,7 +68,7 @@ class KeelPlugin(SimplePlugin):
         model, tools = ModelActivities(store, self._mcp), ToolActivities(store, self._mcp)
         super().__init__(
             "keel",
-            data_converter=lambda _: DATA_CONVERTER,
+            data_converter=lambda _: converter,
             workflows=[AgentSession],
             activities=[model.converse, tools.run],
             workflow_runner=lambda _: sandbox_runner(),
@@ -75,8 +79,4 @@ class KeelPlugin(SimplePlugin):
         if self._mcp is None:
             await next(worker)
             return
-        await self._mcp.start()
-        try:
-            await next(worker)
-        finally:
-            await self._mcp.aclose()
+        await self._mcp.plugin().run_worker(worker, next)

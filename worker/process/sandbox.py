@@ -59,7 +59,17 @@ _IN_SANDBOX = "__temporal_in_sandbox"
 # 198), runs alternating, by ``python3 -m tests.benchmarks --repeats 1 --latency-cycles 2
 # --history-cycles 5 --sessions --replay-cycles 5 --replay-repeats 1 --memory-sessions 200``.
 # No other figure moved consistently by 5% (docs/performance.md).
-PASSTHROUGH_MODULES = ("pydantic", "pydantic_core", "annotated_types", "workflows")
+# ``cryptography`` too, for ``workflows.signing``'s Ed25519 check: its Rust extension module
+# cannot be initialised a second time in a process (PyO3), so a sandbox re-import would fail,
+# and verifying is a pure function (key, message, signature -> yes or no), nothing the
+# sandbox's import checks are there for.
+PASSTHROUGH_MODULES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "workflows",
+    "cryptography",
+)
 
 # The sandbox runs a handful of distinct strings (enter a run, activate, get a payload's
 # serialization context or storage context); a few more per workflow class.

@@ -15,6 +15,7 @@ from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.mcp import McpServerConfig
+from activities.store import open_store
 from worker.process.assembly import build_worker, connect, mcp_servers_running
 from worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from worker.settings import ClientOptions, ConfigError, Settings
@@ -65,8 +66,11 @@ class TemporalConnection:
             yield
             return
         queue = task_queue or self.settings.task_queue
+        store = open_store(self.settings.store, self.settings.keyring())
         async with mcp_servers_running(mcp_servers) as mcp:
-            async with build_worker(self.client, queue, tool_modules, mcp_servers=mcp or ()):
+            async with build_worker(
+                self.client, queue, tool_modules, store=store, mcp_servers=mcp or ()
+            ):
                 yield
 
 
@@ -104,6 +108,7 @@ async def connect_configured(
             api_key=options.api_key,
             rpc_metadata=options.rpc_metadata,
             runtime=runtime,
+            keyring=settings.keyring(),
         )
     except RuntimeError as err:
         hint = (
@@ -166,7 +171,7 @@ async def open_connection(
         return
     async with DevServer(settings.home, ui=False, namespace=settings.namespace) as server:
         logger.info("started embedded Temporal dev server at %s", server.address)
-        client = await connect(server.address, settings.namespace)
+        client = await connect(server.address, settings.namespace, keyring=settings.keyring())
         yield TemporalConnection(
             client=client, address=server.address, settings=settings, server=server
         )

@@ -1,0 +1,196 @@
+"""Signed approvals (S4): only the named approver's key decides; every forgery is refused.
+
+Each forged kind is sent through ``KeelClient`` and as raw Temporal updates and signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.workflows.test_session import update_events
+from worker.client.keel_client import KeelClient, RequestRejected
+from worker.signing import ApproverKey, generate_key
+from workflows.signing import fingerprint
+
+
+def sid() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+def keys(tmp_path: Path, *names: str) -> dict[str, tuple[ApproverKey, str]]:
+    out = {}
+    for name in names:
+        public = generate_key(tmp_path / f"{name}.key")
+        out[name] = (ApproverKey.load(tmp_path / f"{name}.key"), public)
+    return out
+
+
+def signed(
+    key: ApproverKey, session: str, interrupt: str, decision: str, reason: str | None, approver: str
+) -> dict[str, Any]:
+    return {
+        "interrupt_id": interrupt,
+        "decision": decision,
+        "reason": reason,
+        "approver": approver,
+        "signature": key.sign(session, interrupt, "decide", decision, reason, approver),
+    }
+
+
+def test_keygen_writes_a_private_file_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "alice.key"
+    public = generate_key(path)
+    assert public.startswith("ed25519:") and (path.stat().st_mode & 0o777) == 0o600
+    assert ApproverKey.load(path).public_key == public
+    with pytest.raises(ValueError, match="refusing to overwrite"):
+        generate_key(path)
+
+
+async def test_only_a_signature_by_the_named_key_decides(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    k = keys(tmp_path, "alice", "mallory")
+    alice, mallory = k["alice"][0], k["mallory"][0]
+    target = tmp_path / "out.txt"
+    steps = [
+        respond(tool_use("g1", "guarded_record", path=str(target), value="a"), stop="tool_use"),
+        respond(text("done")),
+    ]
+    config = script(steps, approver_keys={"alice": k["alice"][1]})
+    other = sid()  # another session with the same approver: a signature for it is no use here
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "go", config=config, timeout_s=30)
+        await keel.run(
+            other, "go", config=script(steps, approver_keys={"alice": k["alice"][1]}), timeout_s=30
+        )
+        [interrupt] = first.interrupts
+        other_id = (await keel.pending(other)).interrupts[0].id
+        iid = interrupt.id
+        handle = keel.client.get_workflow_handle(session)
+
+        # through KeelClient: unsigned, another key, a name with no key, a wrong approver name
+        with pytest.raises(RequestRejected, match="is not signed"):
+            await keel.decide(session, iid, "approve", approver="alice")
+        with pytest.raises(RequestRejected, match="does not verify"):
+            await keel.decide(session, iid, "approve", approver="alice", key=mallory)
+        with pytest.raises(RequestRejected, match="'mallory' has no approver key"):
+            await keel.decide(session, iid, "approve", approver="mallory", key=mallory)
+        with pytest.raises(RequestRejected, match="names no approver"):
+            await keel.decide(session, iid, "approve", key=alice)
+
+        # raw updates: replayed onto another interrupt or session, tampered reason or decision
+        good_deny = signed(alice, session, iid, "deny", "too risky", "alice")
+        forgeries = [
+            {**good_deny, "reason": "fine by me"},  # tampered reason
+            {**good_deny, "decision": "approve"},  # tampered decision
+            signed(alice, other, iid, "approve", None, "alice"),  # signed for another session
+            {**signed(alice, session, other_id, "approve", None, "alice"), "interrupt_id": iid},
+            {**signed(mallory, session, iid, "approve", None, "alice")},  # another key
+            {**good_deny, "signature": "not base64!"},
+            {**good_deny, "signature": None},
+        ]
+        for forged in forgeries:
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await handle.execute_update("decide", forged)
+            assert "refused" in str(caught.value.cause) or "not signed" in str(caught.value.cause)
+            await handle.signal("decide", forged)
+        # the other session's own signature still does not count here, even sent to it
+        await asyncio.sleep(1.0)
+        assert (await keel.turn(session, first.turn_id)).status == "awaiting_human"
+        assert not target.exists()
+
+        ack = await keel.decide(session, iid, "approve", approver="alice", key=alice)
+        assert ack.status == "approved"
+        done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
+        state = await keel.state(session)
+        history = await handle.fetch_history()
+    assert done.status == "completed"
+    assert target.read_text().splitlines() == ["a"]
+    [decided] = [e for e in state.events if e.type == "interrupt_decided"]
+    assert decided.detail["by"] == "alice"
+    assert decided.detail["key"] == fingerprint(k["alice"][1]) == alice.fingerprint
+    # one prompt and one decision in history; no rejected update was written
+    assert update_events(history) == ["ACCEPTED", "COMPLETED"] * 2
+
+
+async def test_a_signed_decide_signal_counts_and_a_forged_one_is_ignored(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    k = keys(tmp_path, "alice", "mallory")
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="s"), stop="tool_use"),
+            respond(text("done")),
+        ],
+        approver_keys={"alice": k["alice"][1]},
+    )
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "go", config=config, timeout_s=30)
+        iid = first.interrupts[0].id
+        handle = keel.client.get_workflow_handle(session)
+        await handle.signal(
+            "decide", signed(k["mallory"][0], session, iid, "approve", None, "alice")
+        )
+        await handle.signal(
+            "decide", {"interrupt_id": iid, "decision": "approve", "approver": "alice"}
+        )
+        await asyncio.sleep(1.0)
+        assert (await keel.turn(session, first.turn_id)).status == "awaiting_human"
+        await handle.signal("decide", signed(k["alice"][0], session, iid, "approve", None, "alice"))
+        done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
+    assert done.status == "completed"
+    assert target.read_text().splitlines() == ["s"]
+
+
+async def test_answers_are_signed_too(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    k = keys(tmp_path, "alice", "mallory")
+    alice = k["alice"][0]
+    config = script(
+        [
+            respond(
+                tool_use("p1", "pick_account", query="rent", log=str(tmp_path / "r")),
+                stop="tool_use",
+            ),
+            respond(text("paid")),
+        ],
+        approver_keys={"alice": k["alice"][1]},
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "pay the rent", config=config)
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        [question] = record.interrupts
+        qid = question.id
+        handle = keel.client.get_workflow_handle(session)
+        with pytest.raises(RequestRejected, match="is not signed"):
+            await keel.respond(session, qid, "savings", responder="alice")
+        with pytest.raises(RequestRejected, match="does not verify"):
+            await keel.respond(session, qid, "savings", responder="alice", key=k["mallory"][0])
+        tampered = {
+            "interrupt_id": qid,
+            "value": "checking",  # signed "savings"
+            "responder": "alice",
+            "signature": alice.sign(session, qid, "respond", "savings", None, "alice"),
+        }
+        with pytest.raises(WorkflowUpdateFailedError, match="update"):
+            await handle.execute_update("respond", tampered)
+        await handle.signal("respond", tampered)
+        await asyncio.sleep(0.5)
+        assert (await keel.turn(session, ack.turn_id)).status == "awaiting_human"
+        answered = await keel.respond(session, qid, "savings", responder="alice", key=alice)
+        assert answered.status == "answered"
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+    assert done.status == "completed"

@@ -1,0 +1,32 @@
+"""``keel codec-server``: decode encrypted payloads for the Temporal Web UI and CLI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from worker.cli.console import EXIT_OK
+from worker.cli.run_inputs import UsageError
+from worker.codec_server import DEFAULT_ORIGINS, serve_codec
+from worker.settings import Settings
+
+
+async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve ``/encode`` and ``/decode`` with this environment's keys until Ctrl-C.
+
+    Raises:
+        UsageError: no keys (``KEEL_ENCRYPTION_KEY``) or no ``KEEL_CODEC_TOKEN``.
+        ConfigError: a malformed key.
+    """
+    keyring = settings.keyring()
+    if keyring is None:
+        raise UsageError("keel codec-server needs KEEL_ENCRYPTION_KEY (or KEEL_DECRYPTION_KEYS)")
+    token = os.environ.get("KEEL_CODEC_TOKEN", "")
+    if not token:
+        raise UsageError(
+            "keel codec-server needs KEEL_CODEC_TOKEN: the bearer token callers must send "
+            "(temporal ... --codec-auth 'Bearer <token>')"
+        )
+    origins = args.cors_origin or list(DEFAULT_ORIGINS)
+    await serve_codec(keyring, token, args.host, args.port, origins)
+    return EXIT_OK
