@@ -6,11 +6,13 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.store import ConversationStore
 from tests.fakes.pipeline_workflow import Pipeline, PipelineInput, PipelineResult, prepare, publish
+from tests.helpers.encryption import history_payload_data, new_key, store_bytes
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -106,3 +108,40 @@ async def test_run_agent_default_child_id(
         )
     assert result.agent.session_id.startswith(f"{pipeline_id}/agent-")
     assert result.published == "published: done" and result.agent.output is None
+
+
+async def test_the_plugin_encrypts_with_the_key_in_the_environment(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    script: Script,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KEEL_ENCRYPTION_KEY", new_key())
+    store_dir = tmp_path / "sealed-store"
+    monkeypatch.setenv("KEEL_STORE", str(store_dir))
+    canary = f"canary-{uuid.uuid4().hex}"
+    config = script([respond(text(f"the answer is {canary}"))])
+    user = await Client.connect(
+        client.service_client.config.target_host,
+        namespace=client.namespace,
+        plugins=[KeelPlugin(tool_modules=[SAMPLE_TOOLS])],
+    )
+    pipeline_id = f"pipeline-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        user, task_queue=task_queue, workflows=[Pipeline], activities=[prepare, publish]
+    ):
+        result = await user.execute_workflow(
+            Pipeline.run,
+            PipelineInput(topic=canary, config=config),
+            id=pipeline_id,
+            task_queue=task_queue,
+            result_type=PipelineResult,
+        )
+    assert canary in result.published  # the user's own client reads it back
+    child = result.agent.session_id
+    for run_of in (pipeline_id, child):
+        history = await client.get_workflow_handle(run_of).fetch_history()
+        assert canary.encode() not in history_payload_data(history), run_of
+    sealed = store_bytes(store_dir)
+    assert sealed and canary.encode() not in sealed
