@@ -195,3 +195,13 @@ def payments(use: ToolUse) -> Verdict:
     if use.input.get("amount", 0) > 1000:
         return Verdict.require_approval("transfers over 1000 need approval")
     return Verdict.run()
+
+
+@tool_policy("clocks")
+def clocks(use: ToolUse) -> Verdict:
+    """For MCP's time server: no clock of Atlantis; converting times needs a person."""
+    if use.name == "get_current_time" and use.input.get("timezone") == "Atlantis/Capital":
+        return Verdict.deny("Atlantis keeps no time")
+    if use.name == "convert_time":
+        return Verdict.require_approval("conversions are checked by a person")
+    return Verdict.run()

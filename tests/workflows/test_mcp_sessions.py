@@ -123,6 +123,45 @@ async def test_approval_by_name_holds_an_mcp_tool_until_approved(
     assert results(state.messages[2])["t1"].status == "success"
 
 
+async def test_a_tool_policy_judges_mcp_tools_like_any_other(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    convert = tool_use(
+        "c1", "convert_time", source_timezone="UTC", time="12:00", target_timezone="Asia/Tokyo"
+    )
+    config = script(
+        [
+            respond(
+                tool_use("t1", "get_current_time", timezone="Atlantis/Capital"),
+                tool_use("t2", "get_current_time", timezone="UTC"),
+                convert,
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ],
+        tool_modules=["mcp:time"],
+        policy="clocks",
+    )
+    session = sid()
+    async with run_worker(mcp_servers=[time_server()]):
+        waiting = await keel.run(session, "times?", config=config, timeout_s=60)
+        assert waiting.status == "awaiting_human", waiting
+        [interrupt] = waiting.interrupts
+        assert interrupt.name == "convert_time"
+        assert interrupt.reason == "conversions are checked by a person"
+        await keel.decide(session, interrupt.id, "deny", reason="not today", approver="ops")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=60)
+        state = await keel.state(session)
+    assert done.status == "completed", done
+    ran = results(state.messages[2])
+    denied = ran["t1"].content[0].text or ""
+    assert ran["t1"].status == "error" and "Atlantis keeps no time" in denied
+    assert ran["t2"].status == "success"
+    assert ran["c1"].status == "error" and "not today" in (ran["c1"].content[0].text or "")
+    started = {e.detail.get("id") for e in state.events if e.type == "tool_started"}
+    assert started == {"t2"}  # the denied ones never reached the server
+
+
 async def test_the_call_after_the_server_was_killed_works(
     keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
