@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus
 
 from tests.helpers.fixture_types import RunWorker, Script
-from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import save_history
 from worker.client.keel_client import KeelClient
 from workflows.contracts import SubAgent, TurnRecord
@@ -158,3 +161,69 @@ async def test_worker_gone_while_the_child_waits_loses_nothing(
     assert record.status == "completed"
     assert out.read_text() == "v\n"
     assert record.message is not None and record.message.content[0].text == "ok"
+
+
+async def test_a_worker_killed_while_a_child_runs_its_tool_loses_nothing(
+    keel: KeelClient, script: Script, tmp_path: Path, task_queue: str
+) -> None:
+    child_config = script(
+        [
+            respond(tool_use("s1", "slow", seconds=3.0, label="survived"), stop="tool_use"),
+            respond(text("child done")),
+        ]
+    )
+    parent = script(
+        [respond(tool_use("h1", "helper", prompt="go"), stop="tool_use"), respond(text("ok"))],
+        agents={"helper": SubAgent(description="Helps.", config=child_config)},
+    )
+    session = sid()
+    child_id = f"{session}/helper-h1"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": keel.client.service_client.config.target_host,
+        "KEEL_TASK_QUEUE": task_queue,
+        "KEEL_STORE": str(tmp_path / "store"),  # the store of this test's KeelClient
+    }
+
+    def start_worker() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.mcp_servers.worker", "--tools", SAMPLE_TOOLS],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
+    first = start_worker()
+    second: subprocess.Popen[str] | None = None
+    try:
+        ack = await keel.prompt(session, "delegate", config=parent)
+        for _ in range(300):  # until the child's tool runs on the first worker
+            try:
+                events = (await keel.state(child_id)).events
+            except Exception:  # the child may not exist yet
+                events = []
+            if any(e.type == "tool_started" for e in events):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the child's tool never started")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        second = start_worker()
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=90)
+        state = await keel.state(session)
+        child = await keel.state(child_id)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+    assert record.status == "completed", record
+    helper = next(b.toolResult for b in state.messages[2].content if b.toolResult)
+    assert helper.status == "success" and helper.content[0].text == "child done"
+    assert [m.role for m in child.messages] == ["user", "assistant", "user", "assistant"]
+    slow = child.messages[2].content[0].toolResult
+    assert slow is not None and slow.content[0].text == "survived"
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
