@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,3 +33,22 @@ def keel(
         text=True,
         timeout=timeout,
     )
+
+
+@contextmanager
+def keel_worker(env: dict[str, str], tools: str) -> Iterator[subprocess.Popen[str]]:
+    """``keel worker --tools TOOLS`` in its own process for the block; SIGTERM after it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker", "--tools", tools],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)

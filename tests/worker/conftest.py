@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.cli import keel_env, keel_worker
 from tests.helpers.scripts import SAMPLE_TOOLS
 
 
@@ -23,17 +21,5 @@ def server_env(temporal_env: WorkflowEnvironment) -> dict[str, str]:
 
 @pytest.fixture
 def worker_process(server_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
-        env=server_env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with keel_worker(server_env, SAMPLE_TOOLS) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.helpers.cli import ROOT, keel
+from tests.helpers.cli import ROOT, keel, keel_worker
 from tests.helpers.encryption import history_payload_data, json_payload_data, new_key, store_bytes
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
@@ -54,24 +54,6 @@ def codec_server(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[st
             proc.wait(timeout=30)
 
 
-@contextmanager
-def worker(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-
-
 async def test_a_canary_is_only_readable_with_the_key(
     temporal_env: WorkflowEnvironment, server_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -88,7 +70,7 @@ async def test_a_canary_is_only_readable_with_the_key(
         ],
     )
     session = f"enc-{uuid.uuid4().hex[:8]}"
-    with worker(env):
+    with keel_worker(env, SAMPLE_TOOLS):
         done = keel(
             "run",
             "--session",
@@ -178,7 +160,7 @@ def test_keel_run_says_why_a_worker_with_another_key_makes_no_progress(
     store = str(tmp_path / "store")
     model = write_script(tmp_path / "s.json", [respond(text("hello"))])
     env = {**server_env, "KEEL_ENCRYPTION_KEY": new_key(), "KEEL_STORE": store}
-    with worker(env | {"KEEL_ENCRYPTION_KEY": new_key()}):
+    with keel_worker(env | {"KEEL_ENCRYPTION_KEY": new_key()}, SAMPLE_TOOLS):
         run = subprocess.Popen(
             [sys.executable, "-m", "worker.cli", "run", "--model", model, "--progress", "hi"],
             env=env,
