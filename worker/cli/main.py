@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         "worker",
         help="run a worker for an existing Temporal",
         description="Run a worker until SIGTERM or Ctrl-C. Each flag overrides the "
-        "environment variable named in its help; see README, Deployment.",
+        "environment variable named in its help; see docs/deployment.md.",
     )
     worker.add_argument("--tools", help="tool modules, comma separated")
     _mcp_flag(worker)
