@@ -173,7 +173,7 @@ def freeze_startup_heap() -> int:
     tool registry, pydantic's schemas and validators) lives as long as the process, yet each
     full collection would walk it again. Keel's heap at that point is larger than a bare
     temporalio worker's, and under load those walks are a measurable share of its CPU
-    (README, Performance). Objects made later are collected as usual.
+    (docs/performance.md). Objects made later are collected as usual.
 
     Returns:
         How many objects are frozen now (``gc.get_freeze_count``).
