@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TurnRecord,
     )
+    from workflows.current_details import current_details
     from workflows.cycle import (
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
@@ -140,6 +141,7 @@ class AgentSession(SubAgentSessions):
             await self._run_turn(ledger.current)
             ledger.closing = ledger.closing or ledger.single_turn
         while True:
+            self._show_details()
             await workflow.wait_condition(
                 lambda: bool(ledger.queue) or ledger.closing or self._history_full()
             )
@@ -151,6 +153,7 @@ class AgentSession(SubAgentSessions):
             ledger.closing = ledger.closing or ledger.single_turn
         ledger.closed = True
         ledger.emit("session_closed")
+        self._show_details()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return SessionResult(
             session_id=workflow.info().workflow_id,
@@ -288,6 +291,7 @@ class AgentSession(SubAgentSessions):
             heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
         )
+        self._show_details()
         try:
             response = await self._model_call
         except ActivityError:
@@ -437,6 +441,7 @@ class AgentSession(SubAgentSessions):
             retry_policy=TOOL_RETRY,
         )
         self._tool_calls[use.toolUseId] = handle
+        self._show_details()
         try:
             response: ToolResponse = await handle
             return response
@@ -448,6 +453,7 @@ class AgentSession(SubAgentSessions):
             return ToolResponse(result=error_result(use.toolUseId, text))
         finally:
             del self._tool_calls[use.toolUseId]
+            self._show_details()
 
     # ----------------------------------------------------------------------------- people
 
@@ -503,6 +509,7 @@ class AgentSession(SubAgentSessions):
         """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
         if interrupt.status != "pending":
             return
+        self._show_details()
         await self._report_to_parent()
         ledger = self._ledger
         remaining = None
@@ -522,7 +529,27 @@ class AgentSession(SubAgentSessions):
             )
         if interrupt.status == "pending":  # the turn was cancelled while it waited
             ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
+        self._show_details()
         await self._report_to_parent()
+
+    def _show_details(self) -> None:
+        """Tell Temporal's UI what the session does or waits for now.
+
+        Current details are no command: nothing is written to history, replay is unchanged.
+        """
+        ledger = self._ledger
+        names = {}
+        if ledger.cycle is not None:
+            names = {u.toolUseId: u.name for u in tool_uses(ledger.cycle.message)}
+        current = ledger.current
+        workflow.set_current_details(
+            current_details(
+                ledger,
+                model_call=current.cycles if current and self._model_call is not None else None,
+                tools=[names.get(use_id, use_id) for use_id in self._tool_calls],
+                children=self._children.values(),
+            )
+        )
 
     def _check_cancel(self) -> None:
         if self._ledger.cancel_reason is not None:
