@@ -29,11 +29,13 @@ from worker.cli.run_inputs import UsageError
 from worker.cli.serving import cmd_dev, cmd_worker
 from worker.cli.session_access import START_A_WORKER
 from worker.cli.turns import cmd_cancel, cmd_decide, cmd_keygen, cmd_respond, cmd_run, cmd_steer
+from worker.cli.ui import cmd_ui
 from worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
 from worker.server.connection import TemporalUnreachable
 from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
 from worker.signing import ApproverKeyError
+from worker.ui import DEFAULT_HOST, DEFAULT_PORT, UiBindError
 
 # Failures of the request itself: exit 2 with the reason.
 _INVALID = (
@@ -45,6 +47,7 @@ _INVALID = (
     McpConfigError,
     McpServerError,
     ApproverKeyError,
+    UiBindError,
 )
 # Failures of what the command needs (Temporal, a worker, the store): exit 1.
 _FAILED = (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
@@ -170,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--tools", help="tool modules, comma separated")
     _mcp_flag(dev)
     dev.add_argument("--port", type=int, default=7233, help="Temporal port (default 7233)")
+    dev.add_argument(
+        "--ui-port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port of Keel's web page on 127.0.0.1 (default {DEFAULT_PORT}; see docs/ui.md)",
+    )
     dev.set_defaults(handler=cmd_dev)
 
     for name, handler, text in (
@@ -227,6 +236,24 @@ def build_parser() -> argparse.ArgumentParser:
         "http://localhost:8233)",
     )
     codec.set_defaults(handler=cmd_codec_server)
+
+    ui = sub.add_parser(
+        "ui",
+        help="serve the web page for approvals: sessions, live progress, approve/deny/answer",
+        description="Serve Keel's web page for the Temporal of TEMPORAL_ADDRESS (same settings "
+        "as every command). With KEEL_UI_TOKEN set, every request needs it (Bearer, or "
+        "?token= once); without it, only loopback addresses are allowed. See docs/ui.md.",
+    )
+    ui.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}; others need KEEL_UI_TOKEN)",
+    )
+    ui.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    _key_flag(ui)
+    ui.set_defaults(handler=cmd_ui)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
     steer.add_argument("session")

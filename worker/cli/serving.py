@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 
 from worker.cli.console import EXIT_OK
 from worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
+from worker.cli.ui import build_app, ui_source
 from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
 from worker.process.serve import run_until_signalled, serve_worker
 from worker.server.connection import connect_configured
 from worker.server.devserver import DevServer
 from worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
+from worker.ui import DEFAULT_HOST, UiBindError, ui_running
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -41,7 +45,7 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel dev``: embedded dev server with its web UI, plus a worker, in the foreground."""
+    """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front."""
     async with DevServer(
         settings.home, port=args.port, ui=True, namespace=settings.namespace
     ) as server:
@@ -57,8 +61,18 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
             worker = build_worker(
                 client, settings.task_queue, tool_modules(args.tools), mcp_servers=mcp or ()
             )
-            freeze_startup_heap()
-            ready = f"Temporal at {server.address}, web UI at {server.ui_url}; Ctrl-C stops"
-            print(ready, flush=True)
-            await run_until_signalled(worker)
+            page, _ = build_app(settings, ui_source(settings, client), None)
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    url = await stack.enter_async_context(
+                        ui_running(page, DEFAULT_HOST, args.ui_port)
+                    )
+                    page_at = f", Keel's approvals page at {url}"
+                except UiBindError as err:  # the page is a convenience: dev runs without it
+                    print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
+                    page_at = ""
+                freeze_startup_heap()
+                ready = f"Temporal at {server.address}, web UI at {server.ui_url}{page_at}"
+                print(f"{ready}; Ctrl-C stops", flush=True)
+                await run_until_signalled(worker)
     return EXIT_OK

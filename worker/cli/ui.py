@@ -1,0 +1,102 @@
+"""``keel ui``: the web page for approvals (``worker.ui``), and its part in ``keel dev``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+from starlette.applications import Starlette
+from temporalio.client import Client
+
+from activities.store import open_store
+from worker.cli.console import EXIT_OK
+from worker.cli.session_access import QUERY_TIMEOUT_S
+from worker.client import KeelClient
+from worker.server.connection import connect_configured
+from worker.settings import Settings
+from worker.signing import ApproverKey
+from worker.ui import KeelSource, Signer, TemporalDown, check_bind, create_app, ui_running
+
+TOKEN_ENV = "KEEL_UI_TOKEN"
+APPROVER_ENV = "KEEL_UI_APPROVER"
+KEY_ENV = "KEEL_APPROVER_KEY"
+
+
+def _keel_of(client: Client, settings: Settings) -> KeelClient:
+    return KeelClient(
+        client,
+        settings.task_queue,
+        open_store(settings.store, settings.keyring()),
+        query_timeout_s=QUERY_TIMEOUT_S,
+    )
+
+
+def build_app(
+    settings: Settings, source: KeelSource, key_path: str | None
+) -> tuple[Starlette, str]:
+    """The app with this process's token, approver and key; and a line saying how it is guarded.
+
+    Raises:
+        ApproverKeyError: the key file cannot be read.
+    """
+    token = os.environ.get(TOKEN_ENV) or None
+    path = key_path or os.environ.get(KEY_ENV)
+    signer = Signer(ApproverKey.load(path)) if path else None
+    approver = os.environ.get(APPROVER_ENV) or None
+    app = create_app(source, token=token, signer=signer, approver=approver)
+    guard = (
+        f"open it once with ?token=${TOKEN_ENV}"
+        if token
+        else f"no {TOKEN_ENV}: this machine only (loopback)"
+    )
+    if signer is not None:
+        guard += f"; signs decisions with key {signer.fingerprint}"
+    return app, guard
+
+
+def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
+    """The page's client: the given one, or ``TEMPORAL_ADDRESS`` connected on first use."""
+    if client is not None:
+        return KeelSource(_keel_of(client, settings), where=settings.address or "Temporal")
+
+    async def connect() -> KeelClient:
+        connected, _ = await connect_configured(settings)
+        return _keel_of(connected, settings)
+
+    return KeelSource(connect=connect, where=settings.address or "127.0.0.1:7233")
+
+
+async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel ui``: serve the web page until SIGTERM or Ctrl-C.
+
+    It starts even when Temporal does not answer yet (the page shows a banner and retries);
+    a bad connection setting or a non-loopback ``--host`` without ``KEEL_UI_TOKEN`` exits 2.
+    """
+    check_bind(args.host, os.environ.get(TOKEN_ENV))
+    source = ui_source(settings)
+    app, guard = build_app(settings, source, args.key)
+    try:
+        await source.get()
+    except TemporalDown as err:  # unreachable now: the page says so, and retries
+        print(f"keel: {err}; the page shows this until Temporal answers", file=sys.stderr)
+    async with ui_running(app, args.host, args.port) as url:
+        print(f"Keel UI at {url} ({guard}); Ctrl-C stops", flush=True)
+        await until_signalled()
+    return EXIT_OK
+
+
+async def until_signalled() -> None:
+    """Wait for SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,169 @@
+"""What a person does on the page: approve, deny, answer, steer, cancel the turn, give a name.
+
+Each action is a POST of a url-encoded form carrying the session's CSRF token (checked by
+``Access.admit_post`` before anything is sent). The page's script posts with ``Accept:
+application/json`` and gets ``{"ok", "message", "parts"}`` (the session page's parts as they
+are now), so a decision that lost a race says why and the page shows what happened instead;
+without the script, the form's answer is a redirect back to the page with the message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from worker.client import KeelClient
+from worker.ui.access import AccessDenied, Visit
+from worker.ui.context import UiContext
+from worker.ui.pages import render_session
+from worker.ui.problems import problem
+
+# Longest approver name the page accepts.
+MAX_NAME = 100
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action did, in words."""
+
+    message: str
+
+
+def _field(form: dict[str, str], name: str, *, required: bool = True) -> str:
+    value = form.get(name, "").strip()
+    if required and not value:
+        raise AccessDenied(400, f"the form lacks {name!r}")
+    return value
+
+
+def parse_answer(raw: str) -> Any:
+    """An answer as typed: JSON when it parses as JSON, else the text (as ``keel respond``)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _remember_name(visit: Visit, form: dict[str, str]) -> None:
+    """Keep the approver name the person typed into a decision form."""
+    name = form.get("approver", "").strip()
+    if name:
+        if len(name) > MAX_NAME:
+            raise AccessDenied(400, f"the name is longer than {MAX_NAME} characters")
+        visit.name, visit.changed = name, True
+
+
+async def _decide(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    interrupt = _field(form, "interrupt")
+    raw = _field(form, "decision")
+    if raw not in ("approve", "deny"):
+        raise AccessDenied(400, "decision must be approve or deny")
+    decision: Literal["approve", "deny"] = "approve" if raw == "approve" else "deny"
+    reason = form.get("reason", "").strip() or None
+    _remember_name(visit, form)
+    config = await keel.config(session)
+    approver = ui.identity(config, visit)
+    key = ui.signer.key if ui.signer is not None and config.approver_keys else None
+    ack = await keel.decide(
+        session, interrupt, decision, reason=reason, approver=approver, key=key
+    )
+    who = f" as {approver}" if approver else ""
+    return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}.")
+
+
+async def _respond(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    interrupt = _field(form, "interrupt")
+    value = parse_answer(_field(form, "answer"))
+    _remember_name(visit, form)
+    config = await keel.config(session)
+    responder = ui.identity(config, visit)
+    key = ui.signer.key if ui.signer is not None and config.approver_keys else None
+    ack = await keel.respond(session, interrupt, value, responder=responder, key=key)
+    return Outcome(f"Answer sent: interrupt {ack.interrupt_id} {ack.status}.")
+
+
+async def _steer(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    ack = await keel.steer(session, _field(form, "text"))
+    return Outcome(f"Guidance queued for turn {ack.turn_id}: the model sees it in its next call.")
+
+
+async def _cancel(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    reason = form.get("reason", "").strip() or "cancelled from the web page"
+    ack = await keel.cancel(session, reason)
+    return Outcome(f"Turn {ack.turn_id} is being cancelled.")
+
+
+Action = Callable[[UiContext, KeelClient, str, dict[str, str], Visit], Awaitable[Outcome]]
+ACTIONS: dict[str, Action] = {
+    "decide": _decide,
+    "respond": _respond,
+    "steer": _steer,
+    "cancel": _cancel,
+}
+
+
+def _wants_json(request: Request) -> bool:
+    return "application/json" in request.headers.get("accept", "")
+
+
+async def session_action(
+    ui: UiContext, request: Request, visit: Visit, form: dict[str, str]
+) -> Response:
+    """``POST /sessions/{id}/{action}``: run the action, answer with the page as it is now."""
+    session = request.path_params["session"]
+    action = ACTIONS.get(request.path_params["action"])
+    if action is None:
+        return JSONResponse({"ok": False, "message": "no such action"}, status_code=404)
+    status, ok = 200, True
+    parts: dict[str, str] | None = None
+    try:
+        keel = await ui.source.get()
+        await keel.check_open(session)
+        message = (await action(ui, keel, session, form, visit)).message
+    except AccessDenied:
+        raise
+    except Exception as err:
+        known = problem(err)
+        if known is None:
+            raise
+        status, message = known
+        ok = False
+    try:
+        keel = await ui.source.get()
+        parts = (await render_session(ui, keel, session, visit)).html
+    except Exception as err:
+        if problem(err) is None:
+            raise
+    if _wants_json(request):
+        return JSONResponse({"ok": ok, "message": message, "parts": parts}, status_code=status)
+    visit.notice, visit.changed = ("ok" if ok else "error", message), True
+    return RedirectResponse(f"/sessions/{quote(session, safe='')}", status_code=303)
+
+
+async def set_name(ui: UiContext, request: Request, visit: Visit, form: dict[str, str]) -> Response:
+    """``POST /name``: remember the approver name of this browser's session."""
+    name = _field(form, "approver", required=False)
+    if len(name) > MAX_NAME:
+        raise AccessDenied(400, f"the name is longer than {MAX_NAME} characters")
+    visit.name, visit.changed = name or None, True
+    message = f"You decide as {name}." if name else "Name cleared."
+    if _wants_json(request):
+        return JSONResponse({"ok": True, "message": message, "parts": None})
+    visit.notice = ("ok", message)
+    back = form.get("back", "/")
+    safe = back.startswith("/") and not back.startswith("//")
+    return RedirectResponse(back if safe else "/", status_code=303)

@@ -1,0 +1,108 @@
+// Keel's web page: live updates (server-sent events) and forms sent without leaving the page.
+// No build step; the page works without this file too (forms post and redirect back).
+"use strict";
+(function () {
+  function banner(text) {
+    const el = document.getElementById("banner");
+    if (!el) return;
+    el.textContent = text || "";
+    el.hidden = !text;
+  }
+
+  function say(kind, text) {
+    const el = document.getElementById("notice");
+    if (!el) return;
+    el.className = "notice " + kind;
+    el.textContent = text || "";
+  }
+
+  function applyParts(parts) {
+    if (!parts) return;
+    for (const [name, html] of Object.entries(parts)) {
+      const el = document.getElementById("part-" + name);
+      if (el) el.innerHTML = html;
+    }
+  }
+
+  function showStream(data) {
+    const box = document.getElementById("stream");
+    const text = document.getElementById("stream-text");
+    if (!box || !text) return;
+    if (!data || !data.text) {
+      box.hidden = true;
+      text.textContent = "";
+      return;
+    }
+    const tail = data.chars > data.text.length ? "…" + data.text : data.text;
+    text.textContent = tail;
+    box.hidden = false;
+  }
+
+  document.addEventListener("submit", async function (event) {
+    const form = event.target;
+    if (!(form instanceof HTMLFormElement) || !form.hasAttribute("data-ajax")) return;
+    event.preventDefault();
+    const body = new URLSearchParams(new FormData(form, event.submitter));
+    const buttons = Array.from(form.querySelectorAll("button"));
+    buttons.forEach(function (b) { b.disabled = true; });
+    form.setAttribute("aria-busy", "true");
+    say("busy", "Sending…");
+    try {
+      const response = await fetch(form.action, {
+        method: "POST",
+        body: body,
+        headers: { "Accept": "application/json" },
+        credentials: "same-origin",
+      });
+      let data;
+      try {
+        data = await response.json();
+      } catch (err) {
+        data = { ok: false, message: "The server answered " + response.status + ".", parts: null };
+      }
+      say(data.ok ? "ok" : "error", data.message);
+      applyParts(data.parts);
+      if (response.status === 503) banner(data.message);
+    } catch (err) {
+      say("error", "The page's server did not answer; nothing was sent. Try again.");
+    } finally {
+      buttons.forEach(function (b) { b.disabled = false; });
+      form.removeAttribute("aria-busy");
+    }
+  });
+
+  function follow(url) {
+    if (!window.EventSource) return;
+    const source = new EventSource(url);
+    let problem = false;
+    source.addEventListener("parts", function (e) {
+      applyParts(JSON.parse(e.data).parts);
+      problem = false;
+      banner(null);
+    });
+    source.addEventListener("sessions", function (e) {
+      applyParts({ sessions: JSON.parse(e.data).html });
+      problem = false;
+      banner(null);
+    });
+    source.addEventListener("text", function (e) { showStream(JSON.parse(e.data)); });
+    source.addEventListener("problem", function (e) {
+      problem = true;
+      banner(JSON.parse(e.data).message);
+    });
+    source.addEventListener("end", function () {
+      showStream(null);
+      source.close();
+    });
+    source.onerror = function () {
+      if (source.readyState !== EventSource.CLOSED && !problem) {
+        banner("Live updates were interrupted; reconnecting…");
+      }
+    };
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    const live = document.querySelector("[data-live]");
+    if (live) follow(live.getAttribute("data-live"));
+  });
+})();
