@@ -75,9 +75,7 @@ class Page:
     async def open(self, path: str) -> None:
         await self.call(self.driver.get, self.base_url + path)
 
-    async def wait(
-        self, check: Callable[[Any], T | None], what: str, timeout_s: float = 20.0
-    ) -> T:
+    async def wait(self, check: Callable[[Any], T | None], what: str, timeout_s: float = 20.0) -> T:
         """Poll ``check(driver)`` until it returns something truthy."""
 
         def poll() -> T:

@@ -72,9 +72,7 @@ async def _decide(
     config = await keel.config(session)
     approver = ui.identity(config, visit)
     key = ui.signer.key if ui.signer is not None and config.approver_keys else None
-    ack = await keel.decide(
-        session, interrupt, decision, reason=reason, approver=approver, key=key
-    )
+    ack = await keel.decide(session, interrupt, decision, reason=reason, approver=approver, key=key)
     who = f" as {approver}" if approver else ""
     return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}.")
 

@@ -127,9 +127,7 @@ async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncIterator[st
                 spoke_at = loop.time()
                 yield sse(
                     "text",
-                    None
-                    if stream is None
-                    else {"chars": stream.text_chars, "text": stream.text},
+                    None if stream is None else {"chars": stream.text_chars, "text": stream.text},
                 )
         if loop.time() - spoke_at >= KEEPALIVE_S:
             spoke_at = loop.time()

@@ -47,9 +47,7 @@ def bind(host: str, port: int) -> socket.socket:
         UiBindError: the address cannot be used (a port in use, an unknown host).
     """
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM
-        )[0]
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
     except OSError as err:
         raise UiBindError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
