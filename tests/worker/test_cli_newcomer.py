@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.helpers.cli import ROOT, keel, keel_env
@@ -41,11 +42,12 @@ def test_missing_scripted_file_and_aws_credentials_in_embedded_mode(tmp_path: Pa
 
 
 def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> None:
-    port = free_port()
+    port, ui_port = free_port(), free_port()
     home = tmp_path / "home"
     env = keel_env(KEEL_HOME=str(home))
     dev = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "dev", "--port", str(port), "--tools", SAMPLE_TOOLS],
+        [sys.executable, "-m", "worker.cli", "dev", "--port", str(port), "--ui-port", str(ui_port)]
+        + ["--tools", SAMPLE_TOOLS],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -67,9 +69,12 @@ def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> No
         done = keel("run", "--json", "--model", model, "--tools", SAMPLE_TOOLS, "go", env=other)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["message"]["content"] == [{"text": "ok"}]
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/", timeout=30) as page:
+            assert page.status == 200 and "<h1>Sessions</h1>" in page.read().decode()
     finally:
         dev.send_signal(signal.SIGINT)
         out, err = dev.communicate(timeout=60)
     assert dev.returncode == 0, err
     assert f"127.0.0.1:{port}" in out
+    assert f"Keel's approvals page at http://127.0.0.1:{ui_port}" in out
     assert not (home / "server.json").exists()  # the server was stopped, its lock removed

@@ -1,0 +1,53 @@
+"""What the page shows, without a browser: long content collapsed, waiting sessions first."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from worker.client import SessionSummary
+from worker.ui.access import is_loopback
+from worker.ui.views import LONG_CHARS, Shown, conversation, session_rows
+from workflows.messages import ContentBlock, Message, ToolResult, ToolResultContent, ToolUse
+
+
+def test_long_text_is_collapsed_behind_a_one_line_preview() -> None:
+    short = Shown.of("three\nshort\nlines")
+    assert not short.collapsed
+    long = Shown.of("word " * LONG_CHARS)
+    assert long.collapsed and long.preview.endswith("…") and "\n" not in long.preview
+    assert Shown.of("\n".join("line" for _ in range(12))).collapsed
+
+
+def test_tool_results_are_named_after_their_tool() -> None:
+    use = ToolUse(toolUseId="u1", name="read_file", input={"path": "a.txt"})
+    result = ToolResult(
+        toolUseId="u1", status="error", content=[ToolResultContent(text="no such file")]
+    )
+    [asked, answered] = conversation(
+        [
+            Message(role="assistant", content=[ContentBlock(toolUse=use)]),
+            Message(role="user", content=[ContentBlock(toolResult=result)]),
+        ]
+    )
+    [call] = asked.blocks
+    assert call.kind == "tool_use" and call.title == "read_file"
+    assert call.body.text == '{\n  "path": "a.txt"\n}'
+    [outcome] = answered.blocks
+    assert outcome.title == "read_file" and outcome.error and outcome.body.text == "no such file"
+
+
+def test_sessions_waiting_for_a_person_come_first() -> None:
+    def summary(name: str, minute: int, waiting: int | None) -> SessionSummary:
+        at = datetime(2026, 1, 1, 12, minute, tzinfo=UTC)
+        return SessionSummary(name, "running", at, None, "running", waiting, at)
+
+    rows = session_rows(
+        [summary("new", 30, 0), summary("old-waiting", 1, 2), summary("x", 20, None)]
+    )
+    assert [r.session for r in rows] == ["old-waiting", "new", "x"]
+    assert rows[0].last_activity == "2026-01-01 12:01:00 UTC"
+
+
+def test_loopback_names() -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "example.com", ""))
