@@ -116,6 +116,16 @@ async def test_without_a_token_only_loopback_names_are_served(ui_url: str) -> No
     # without a session cookie there are no credentials to post with
     no_session = await call(ui_url, "/name", method="POST", form={"approver": "x", "csrf": "y"})
     assert no_session.status == 401
+    # saving a name goes back to a page of this site only
+    first = await call(ui_url, "/")
+    for back in ("//attacker.example/", "/\\attacker.example/"):
+        form = {"approver": "Ana", "csrf": csrf_of(first.body), "back": back}
+        saved = await call(
+            ui_url, "/name", method="POST", form=form, headers={"Cookie": cookie_of(first)}
+        )
+        assert saved.status == 303 and saved.headers["location"] == "/"
+    named = await call(ui_url, "/", headers={"Cookie": cookie_of(saved)})
+    assert 'name="approver" value="Ana"' in named.body
 
 
 async def test_temporal_unreachable_is_a_banner() -> None:

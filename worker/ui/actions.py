@@ -163,5 +163,5 @@ async def set_name(ui: UiContext, request: Request, visit: Visit, form: dict[str
         return JSONResponse({"ok": True, "message": message, "parts": None})
     visit.notice = ("ok", message)
     back = form.get("back", "/")
-    safe = back.startswith("/") and not back.startswith("//")
+    safe = back.startswith("/") and back[1:2] not in ("/", "\\")  # no other site
     return RedirectResponse(back if safe else "/", status_code=303)
