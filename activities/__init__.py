@@ -5,6 +5,7 @@ Public surface::
     from activities import tool, ToolContext, tool_policy, Verdict   # declare tools, policies
     from activities import open_store, ConversationStore              # a conversation store
     from activities import ModelActivities, ToolActivities            # for a worker of your own
+    from activities import post_notification                          # keel.notify.post
 
 ``tool_policy`` and ``Verdict`` are defined in ``workflows.tool_policies`` (a policy runs in
 workflow code) and offered here beside ``tool``, where tool authors look. Other modules are
@@ -12,6 +13,7 @@ internal.
 """
 
 from activities.model_call import ModelActivities
+from activities.notify import post_notification
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities
 from activities.tools import ToolContext, tool
@@ -24,6 +26,7 @@ __all__ = [
     "ToolContext",
     "Verdict",
     "open_store",
+    "post_notification",
     "tool",
     "tool_policy",
 ]

@@ -111,3 +111,27 @@ class ToolResponse(KeelModel):
     result: ToolResult | None
     question: ToolQuestion | None = None
     digest: str | None = None
+
+
+class NotifyRequest(KeelModel):
+    """Input of the ``keel.notify.post`` activity: one event for one URL.
+
+    Attributes:
+        url: where to POST (one of ``SessionConfig.notify``).
+        event: the JSON body (``workflows.notifications``); the same on every attempt.
+    """
+
+    url: str
+    event: dict[str, Any]
+
+
+class NotifyResponse(KeelModel):
+    """Answer of the ``keel.notify.post`` activity.
+
+    Attributes:
+        status: the receiver's HTTP status (2xx).
+        attempt: the activity attempt that got it, from 1.
+    """
+
+    status: int
+    attempt: int

@@ -11,11 +11,13 @@ from temporalio.common import RetryPolicy
 
 MODEL_ACTIVITY = "keel.model.converse"
 TOOL_ACTIVITY = "keel.tool.run"
+NOTIFY_ACTIVITY = "keel.notify.post"
 
 # Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
 MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
 TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
 STORE_ERROR = "KeelStoreError"
+NOTIFY_REFUSED = "KeelNotifyRefused"
 
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
 # The activity heartbeats about once a second while the provider works (model_call.py), so
@@ -38,6 +40,22 @@ TOOL_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=3,
+)
+
+
+# A notification POST: one attempt may take NOTIFY_START_TO_CLOSE (the activity's own HTTP
+# timeout is shorter); Temporal retries with backoff (1, 2, 4, 8 s ...) for at most
+# NOTIFY_SCHEDULE_TO_CLOSE in all. A receiver that answers 4xx (but 408 and 429) refused it
+# for good (NOTIFY_REFUSED). The session never waits for these, except when it ends.
+NOTIFY_HTTP_TIMEOUT_S = 10.0
+NOTIFY_START_TO_CLOSE = timedelta(seconds=15)
+NOTIFY_SCHEDULE_TO_CLOSE = timedelta(minutes=2)
+NOTIFY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=6,
+    non_retryable_error_types=[NOTIFY_REFUSED],
 )
 
 

@@ -9,9 +9,10 @@ Pure module: imported by workflow code.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workflows.messages import ContentBlock, ConverseModel, Message, TokenUsage, ToolUse
 
@@ -32,7 +33,11 @@ EventType = Literal[
     "steering_dropped",
     "run_continued",
     "session_closed",
+    "notification_sent",
+    "notification_failed",
 ]
+# A notification URL: http or https, a host, nothing that is not a URL character.
+_NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
 InterruptKind = Literal["approval", "question"]
 InterruptStatus = Literal["pending", "approved", "denied", "answered", "timed_out", "cancelled"]
 
@@ -112,6 +117,8 @@ class SessionConfig(KeelModel):
             as ``TurnRecord.output``.
         agents: sub-agents by name, each offered to the model as a tool of that name taking
             ``{"prompt": string}``; a call runs one turn of a child session.
+        notify: http(s) URLs that get a JSON POST when an interrupt opens and when a turn
+            ends (``workflows.notifications``); a failed POST never stops the session.
     """
 
     model: str = Field(min_length=1)
@@ -130,6 +137,15 @@ class SessionConfig(KeelModel):
     continue_as_new_bytes: int = Field(default=20_000_000, ge=100_000)
     output_schema: dict[str, Any] | None = None
     agents: dict[str, SubAgent] = Field(default_factory=dict)
+    notify: list[str] = Field(default_factory=list)
+
+    @field_validator("notify")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not _NOTIFY_URL.match(url):
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        return urls
 
 
 class SubAgent(KeelModel):
@@ -342,6 +358,20 @@ class SessionState(KeelModel):
     events: list[Event] = Field(default_factory=list)
     event_count: int = 0
     run: int = 1
+
+
+class Notification(KeelModel):
+    """A notification not delivered yet: one event for one URL (``workflows.notifications``).
+
+    Attributes:
+        key: ``<event id>#<index of the URL in SessionConfig.notify>``; unique in a session.
+        url: where to POST.
+        event: the JSON body.
+    """
+
+    key: str
+    url: str
+    event: dict[str, Any]
 
 
 class ChildInterrupts(KeelModel):

@@ -30,6 +30,7 @@ from workflows.contracts import (
     Interrupt,
     InterruptStatus,
     KeelModel,
+    Notification,
     PendingView,
     PrefixRef,
     SessionConfig,
@@ -109,6 +110,8 @@ class Ledger(KeelModel):
             interrupts there (signal ``child_interrupts``).
         mirrored: interrupts of sub-agents shown in this session, with the child's id:
             decided here, the decision is forwarded to the child.
+        outbox: notifications not delivered yet (``SessionConfig.notify``): a run that
+            continues-as-new hands them on and the next run posts them again.
     """
 
     run: int = 1
@@ -135,6 +138,7 @@ class Ledger(KeelModel):
     single_turn: bool = False
     parent_session: str | None = None
     mirrored: dict[str, str] = Field(default_factory=dict)
+    outbox: list[Notification] = Field(default_factory=list)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:

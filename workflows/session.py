@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         text_block,
         tool_uses,
     )
+    from workflows.notifications import SessionNotifier
     from workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -90,7 +91,7 @@ def _failure_text(err: BaseException) -> str:
 
 
 @workflow.defn(name="AgentSession")
-class AgentSession(SubAgentSessions):
+class AgentSession(SubAgentSessions, SessionNotifier):
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
@@ -104,6 +105,7 @@ class AgentSession(SubAgentSessions):
         self._children: dict[str, str] = {}
         self._forward: list[tuple[str, Decision | Answer]] = []
         self._held = deque(maxlen=HELD_SIGNALS_KEPT)
+        self._deliveries = set()
         self._continuing = False
         self._ledger = Ledger()
         if input.carried is not None:
@@ -137,6 +139,7 @@ class AgentSession(SubAgentSessions):
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)
         ledger = self._ledger
+        self._post_carried()  # notifications the previous run had not delivered
         if ledger.current is not None:  # a turn carried over from the previous run
             await self._run_turn(ledger.current)
             ledger.closing = ledger.closing or ledger.single_turn
@@ -154,6 +157,7 @@ class AgentSession(SubAgentSessions):
         ledger.closed = True
         ledger.emit("session_closed")
         self._show_details()
+        await self._notifications_delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return SessionResult(
             session_id=workflow.info().workflow_id,
@@ -187,6 +191,7 @@ class AgentSession(SubAgentSessions):
             workflow.logger.info(
                 "turn %s ended %s: %s", record.turn_id, record.status, record.error
             )
+        self._notify_turn_end(record)
 
     def _over_budget(self, record: TurnRecord) -> bool:
         """End the turn instead of calling the model past a budget; True when it ended."""
@@ -497,6 +502,7 @@ class AgentSession(SubAgentSessions):
             expires_at=expires.isoformat() if expires else None,
         )
         self._ledger.open_interrupt(record, interrupt)
+        self._notify_interrupt(interrupt)
         # A workflow task that only opens interrupts would complete with no command, and on
         # replay after a cache miss Temporal hands its events to the next task, with any
         # decide/respond update of that task validated first: the interrupt would look

@@ -17,6 +17,7 @@ from temporalio.worker import Interceptor, Worker
 
 from activities.mcp.config import McpServerConfig
 from activities.model_call import ModelActivities
+from activities.notify import post_notification
 from activities.store import ConversationStore, open_store
 from activities.store.encrypted import Keyring
 from activities.tool_run import ToolActivities
@@ -129,7 +130,11 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentSession],
-        activities=[ModelActivities(store, mcp).converse, ToolActivities(store, mcp).run],
+        activities=[
+            ModelActivities(store, mcp).converse,
+            ToolActivities(store, mcp).run,
+            post_notification,
+        ],
         **options,
     )
 

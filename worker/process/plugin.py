@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities.mcp.config import McpServerConfig
 from activities.model_call import ModelActivities
+from activities.notify import post_notification
 from activities.store import ConversationStore, open_store
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
@@ -70,7 +71,7 @@ class KeelPlugin(SimplePlugin):
             "keel",
             data_converter=lambda _: converter,
             workflows=[AgentSession],
-            activities=[model.converse, tools.run],
+            activities=[model.converse, tools.run, post_notification],
             workflow_runner=lambda _: sandbox_runner(),
         )
 
