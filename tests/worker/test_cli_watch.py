@@ -150,7 +150,9 @@ def test_sessions_lists_pending_approvals(
         "pending_approvals",
         "last_activity",
         "started_at",
+        "schedule",
     }
+    assert entry["schedule"] is None  # not started by a schedule
     assert entry["workflow_status"] == "running" and entry["status"] == "running"
     assert entry["started_at"] <= entry["last_activity"]
     human = keel("sessions", env=server_env)

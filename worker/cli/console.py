@@ -24,6 +24,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
+# ``keel wait --timeout`` ran out, as timeout(1) says it
+EXIT_TIMEOUT = 124
 STATUS_EXIT = {"completed": EXIT_OK, "awaiting_human": EXIT_WAITING}
 # The CLI contract names a turn that waits for a person ``interrupted``.
 CONTRACT_STATUS = {"awaiting_human": "interrupted"}
@@ -92,6 +94,11 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
     return STATUS_EXIT.get(record.status, EXIT_FAILED)
 
 
+def detached_json(session: str, turn_id: int) -> dict[str, Any]:
+    """What ``keel run --detach --json`` prints: the turn it started runs."""
+    return {"session": session, "workflow_id": session, "turn": turn_id, "status": "running"}
+
+
 def print_where(session: str) -> None:
     """Tell on stderr which session a turn ran in, and the commands that go on with it."""
     quoted = shlex.quote(session)
@@ -156,6 +163,7 @@ def sessions_json(sessions: Sequence[SessionSummary]) -> list[dict[str, Any]]:
             "pending_approvals": s.pending_approvals,
             "last_activity": _iso(s.last_activity),
             "started_at": _iso(s.started_at),
+            "schedule": s.schedule,
         }
         for s in sessions
     ]
@@ -170,7 +178,7 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
     def when(value: datetime | None) -> str:
         return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
-    rows = [("SESSION", "WORKFLOW", "STATUS", "PENDING", "LAST ACTIVITY", "STARTED")]
+    rows = [("SESSION", "WORKFLOW", "STATUS", "PENDING", "LAST ACTIVITY", "SCHEDULE", "STARTED")]
     for s in sessions:
         running = s.workflow_status == "running"
         unknown = "?" if running else "-"
@@ -181,6 +189,7 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
                 s.status or unknown,
                 unknown if s.pending_approvals is None else str(s.pending_approvals),
                 when(s.last_activity),
+                s.schedule or "-",
                 when(s.started_at),
             )
         )

@@ -69,6 +69,11 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
             return f"{d.get('count')} guidance text(s) given to the model"
         case "steering_dropped":
             return f"{len(d.get('texts') or [])} guidance text(s) dropped: the turn ended"
+        case "notification_sent":
+            answer = f"HTTP {d.get('status')}, attempt {d.get('attempt')}"
+            return f"{d.get('event')} to {d.get('to')}: {answer}"
+        case "notification_failed":
+            return f"{d.get('event')} to {d.get('to')} not delivered: {d.get('error')}"
     return ", ".join(f"{key}={value}" for key, value in d.items())
 
 

@@ -25,12 +25,22 @@ from activities.tools import ToolModuleError
 from worker.cli.codec import cmd_codec_server
 from worker.cli.console import EXIT_FAILED, EXIT_INVALID
 from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
-from worker.cli.run_inputs import UsageError
+from worker.cli.run_inputs import UsageError, add_session_flags
+from worker.cli.schedules import add_schedule_parser
 from worker.cli.serving import cmd_dev, cmd_worker
 from worker.cli.session_access import START_A_WORKER
-from worker.cli.turns import cmd_cancel, cmd_decide, cmd_keygen, cmd_respond, cmd_run, cmd_steer
+from worker.cli.turns import (
+    cmd_cancel,
+    cmd_decide,
+    cmd_keygen,
+    cmd_respond,
+    cmd_run,
+    cmd_steer,
+    cmd_wait,
+)
 from worker.cli.ui import cmd_ui
 from worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
+from worker.client.schedules import ScheduleNotFound
 from worker.server.connection import TemporalUnreachable
 from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
@@ -43,6 +53,7 @@ _INVALID = (
     ConfigError,
     RequestRejected,
     SessionNotFound,
+    ScheduleNotFound,
     ToolModuleError,
     McpConfigError,
     McpServerError,
@@ -106,36 +117,32 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
     run.add_argument("prompt", nargs="+", help="the prompt text")
     run.add_argument("--session", help="session id (default: a new one)")
-    run.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
-    run.add_argument("--system", help="system prompt for a new session")
-    run.add_argument("--tools", help="tool modules and mcp:NAME sources, comma separated")
+    add_session_flags(run)
     _mcp_flag(run)
     run.add_argument("--messages", help="JSON file of history to import into a new session")
     run.add_argument(
-        "--require-approval",
-        metavar="TOOL[,TOOL]",
-        help="tools that need approval in a new session",
-    )
-    run.add_argument("--approvers", metavar="ID[,ID]", help="who may decide (default: anyone)")
-    run.add_argument(
-        "--approver-key",
-        action="append",
-        default=[],
-        metavar="NAME=PUBLIC_KEY",
-        help="a new session accepts only decisions signed by these approvers' keys "
-        "(repeatable; PUBLIC_KEY as `keel keygen` prints it)",
-    )
-    run.add_argument(
-        "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
-    )
-    run.add_argument("--max-cycles", type=int, metavar="N", help="model calls allowed per turn")
-    run.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
-    run.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
-    run.add_argument(
-        "--output-schema", metavar="FILE", help="JSON Schema file of the turn's structured output"
+        "--detach",
+        action="store_true",
+        help="send the prompt and return at once, printing the session id (`keel wait` "
+        "follows it later); needs a Temporal that outlives the command (`keel dev`)",
     )
     _waiting_flags(run)
     run.set_defaults(handler=cmd_run)
+
+    wait = sub.add_parser(
+        "wait",
+        help="wait for a session's latest turn and print it like run",
+        description="Wait until the session's latest turn ends or needs a person, then print "
+        "what `keel run` would have printed, with the same exit codes; 124 on --timeout.",
+    )
+    wait.add_argument("session")
+    wait.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up after this long (exit 124)"
+    )
+    _waiting_flags(wait)
+    wait.set_defaults(handler=cmd_wait)
+
+    add_schedule_parser(sub)
 
     worker = sub.add_parser(
         "worker",

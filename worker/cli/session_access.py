@@ -10,12 +10,32 @@ from activities.store import open_store
 from worker.cli.run_inputs import UsageError
 from worker.client import KeelClient, WorkerWait
 from worker.server.connection import TemporalConnection, open_connection
+from worker.server.devserver import DEFAULT_ADDRESS, address_reachable
 from worker.settings import Settings
 
 # What to do when no worker answers: said after each "no worker" line.
 START_A_WORKER = "start one with `keel worker` (or `keel dev`)"
 # How long a query may wait for a worker before ``keel show`` or ``keel pending`` gives up.
 QUERY_TIMEOUT_S = 10.0
+
+
+async def require_lasting_server(settings: Settings, what: str) -> None:
+    """Refuse a command whose work must outlive it when only an embedded server would run.
+
+    Without ``TEMPORAL_ADDRESS`` and with no ``keel dev`` on the default address, a command
+    embeds a dev server that stops when it returns: a detached job or a schedule would stop
+    with it.
+
+    Raises:
+        UsageError: naming ``what`` and pointing to ``keel dev``.
+    """
+    if settings.address or await address_reachable(DEFAULT_ADDRESS):
+        return
+    raise UsageError(
+        f"{what} needs a Temporal server and a worker that outlive this command, and none "
+        f"runs: start `keel dev` in another terminal (or set TEMPORAL_ADDRESS and run "
+        f"`keel worker`), then try again"
+    )
 
 
 def say_waiting(wait: WorkerWait) -> None:

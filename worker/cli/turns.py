@@ -9,15 +9,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
 import os
+import shlex
 import sys
 import uuid
 from typing import TextIO
 
 from worker.cli.console import (
     EXIT_OK,
+    EXIT_TIMEOUT,
     ask_decision,
     ask_question,
+    detached_json,
     parse_answer,
     print_turn,
     print_where,
@@ -34,11 +38,14 @@ from worker.cli.run_inputs import (
     sendable_model,
     tool_modules,
 )
-from worker.cli.session_access import existing_session, keel_client
+from worker.cli.session_access import existing_session, keel_client, require_lasting_server
 from worker.client import KeelClient, RequestRejected
+from worker.client.calls import pollers
 from worker.server.connection import open_connection
 from worker.settings import Settings
 from worker.signing import ApproverKey, generate_key
+from workflows.contracts import SessionConfig
+from workflows.messages import Message
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -54,6 +61,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     model: str | None = args.model or (agent.config.model if agent else settings.model)
     if model:
         check_model(model, local=False)  # before starting anything
+    if args.detach:
+        await require_lasting_server(settings, "keel run --detach")
     async with open_connection(settings) as connection:
         if servers and not connection.embedded:
             raise UsageError(
@@ -74,6 +83,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             check_model(config.model, local=connection.embedded)
             config = config.model_copy(update={"model": sendable_model(config.model)})
             modules = modules or agent_modules(agent)
+        if args.detach:
+            return await _detach(keel, session, prompt, config, messages, args)
         queue = await keel.session_task_queue(session)
         async with connection.worker(modules, task_queue=queue, mcp_servers=servers):
             try:
@@ -90,6 +101,65 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             if not args.json:
                 print_where(session)
             return code
+
+
+async def _detach(
+    keel: KeelClient,
+    session: str,
+    prompt: str,
+    config: SessionConfig | None,
+    messages: list[Message],
+    args: argparse.Namespace,
+) -> int:
+    """``keel run --detach``: start the turn, print the session id (or JSON), return at once.
+
+    A new session starts with the prompt in its start input, which needs no worker yet; a
+    prompt to a running session is an update, which a worker must accept first.
+    """
+    if config is not None:
+        ack = await keel.start(session, prompt, config=config, messages=messages)
+    else:
+        await keel.check_worker(session)
+        ack = await keel.prompt(session, prompt)
+    if args.json:
+        print(json.dumps(detached_json(session, ack.turn_id)))
+    else:
+        print(session)
+    workers = await pollers(keel.client, await keel.session_task_queue(session))
+    if workers.none:
+        print(f"keel: note: {workers}; the turn starts once a worker polls it", file=sys.stderr)
+    quoted = shlex.quote(session)
+    print(
+        f"turn {ack.turn_id} of session {session} runs; `keel wait {quoted}` prints its "
+        f"result, `keel watch {quoted}` follows it",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
+    """``keel wait``: wait for the session's latest turn; print it as ``keel run`` would."""
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be more than 0 seconds")
+    async with existing_session(settings, args.session, writes=False, wait_for_worker=True) as keel:
+        state = await keel.state(args.session, events_since=sys.maxsize, include_messages=False)
+        if not state.turns:
+            raise UsageError(f"session {args.session!r} has no turn to wait for")
+        turn_id = max(t.turn_id for t in state.turns)
+        try:
+            code = await asyncio.wait_for(
+                _finish_turn(keel, args.session, turn_id, 0, args), args.timeout
+            )
+        except TimeoutError:
+            print(
+                f"keel: timed out after {args.timeout:g} s: turn {turn_id} of session "
+                f"{args.session} still runs",
+                file=sys.stderr,
+            )
+            return EXIT_TIMEOUT
+    if not args.json:
+        print_where(args.session)
+    return code
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,7 +3,7 @@
 ``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
-    token_budget, context_messages, output_schema, [agents.NAME] (+ description)
+    token_budget, context_messages, output_schema, notify, [agents.NAME] (+ description)
 
 A problem is an ``AgentFileError`` naming the file, the line and the key (``tomllib`` gives no
 line numbers for keys, so the key's line is found by scanning the file's text).
@@ -50,6 +50,7 @@ class _AgentTable(BaseModel):
     token_budget: int | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
+    notify: list[str] | None = None
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
 
 
@@ -145,6 +146,7 @@ class _Reader:
             "max_cycles_per_turn": table.max_cycles,
             "max_session_tokens": table.token_budget,
             "context_messages": table.context_messages,
+            "notify": table.notify or [],
         }
         if table.output_schema is not None:
             settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))

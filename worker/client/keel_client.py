@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from temporalio.client import WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.reading import (
@@ -148,6 +149,43 @@ class KeelClient(SessionReader):
         except BaseException:  # a cancelled caller too: the handle may hold an error still
             await _collect_start_error(start)
             raise
+
+    async def start(
+        self,
+        session_id: str,
+        prompt: str | Sequence[ContentBlock],
+        *,
+        config: SessionConfig,
+        messages: Sequence[Message] = (),
+    ) -> PromptAck:
+        """Start a new session with its first prompt, without waiting for any worker.
+
+        The prompt travels in the start input (``SessionInput.prompt``) and becomes turn 1;
+        unlike ``prompt``, nothing waits for a worker to accept it, so a caller can start a
+        job and walk away (``keel run --detach``).
+
+        Raises:
+            RequestRejected: the prompt or a schema was refused, or a session with this id
+                exists (running or closed); nothing was started.
+        """
+        content = _content(prompt)
+        try:
+            validate_prompt("user", content)
+        except InputRejected as err:
+            raise RequestRejected(str(err)) from err
+        _check_schemas(config)
+        try:
+            await self.client.start_workflow(
+                AgentSession.run,
+                SessionInput(config=config, messages=list(messages), prompt=content),
+                id=session_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError as err:
+            raise RequestRejected(f"session {session_id!r} exists already") from err
+        return PromptAck(turn_id=1, queued_behind=0)
 
     async def wait_turn(
         self,

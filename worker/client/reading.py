@@ -33,6 +33,7 @@ from worker.client.calls import (
     WorkerWait,
     call_session,
 )
+from worker.client.schedules import SCHEDULED_BY
 from workflows.activity_options import MODEL_ACTIVITY
 from workflows.contracts import (
     Event,
@@ -90,6 +91,7 @@ class SessionSummary:
             when the session is not running or did not answer in time.
         pending_approvals: interrupts waiting for a decision; None when unknown.
         last_activity: the ``at`` of the session's last event, else its close or start time.
+        schedule: the schedule that started the session (``keel schedule``), if one did.
     """
 
     session: str
@@ -99,6 +101,7 @@ class SessionSummary:
     status: str | None
     pending_approvals: int | None
     last_activity: datetime | None
+    schedule: str | None = None
 
 
 T = TypeVar("T")
@@ -385,6 +388,7 @@ class SessionReader(SessionCalls):
             status=None,
             pending_approvals=0 if status != WorkflowExecutionStatus.RUNNING else None,
             last_activity=execution.close_time or execution.start_time,
+            schedule=execution.typed_search_attributes.get(SCHEDULED_BY),
         )
         if status != WorkflowExecutionStatus.RUNNING:
             return summary
@@ -411,6 +415,7 @@ class SessionReader(SessionCalls):
             status=state.status,
             pending_approvals=len(state.pending.interrupts),
             last_activity=last_at or summary.last_activity,
+            schedule=summary.schedule,
         )
 
     async def _running(self, session_id: str) -> bool:
