@@ -7,6 +7,7 @@ Public surface::
     from worker import KeelPlugin                   # Keel inside your own Temporal app
     from worker import RequestRejected, SessionNotFound, SessionClosed, NoWorker
     from worker import load_agent_file, AgentFile, AgentFileError  # agent files
+    from worker import KeelSchedules, ScheduleNotFound  # jobs on a schedule
 
 Rooms, one concern each:
 
@@ -23,8 +24,10 @@ from worker.client import (
     AgentFile,
     AgentFileError,
     KeelClient,
+    KeelSchedules,
     NoWorker,
     RequestRejected,
+    ScheduleNotFound,
     SessionClosed,
     SessionNotFound,
     WorkerWait,
@@ -38,8 +41,10 @@ __all__ = [
     "AgentFileError",
     "KeelClient",
     "KeelPlugin",
+    "KeelSchedules",
     "NoWorker",
     "RequestRejected",
+    "ScheduleNotFound",
     "SessionClosed",
     "SessionNotFound",
     "Settings",

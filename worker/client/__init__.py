@@ -3,7 +3,7 @@
 Modules: ``keel_client`` (``KeelClient``: what changes a session), ``reading`` (what reads one
 without writing history: state, events, the model's stream, listings), ``calls`` (how a call
 to a session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable),
-``agent_files`` (agent files).
+``agent_files`` (agent files), ``schedules`` (``KeelSchedules``: jobs on a Temporal Schedule).
 """
 
 from worker.client.agent_files import AgentFile, AgentFileError, SubAgentFile, load_agent_file
@@ -16,14 +16,18 @@ from worker.client.calls import (
 )
 from worker.client.keel_client import KeelClient
 from worker.client.reading import ModelStream, SessionSummary
+from worker.client.schedules import KeelSchedules, ScheduleNotFound, ScheduleSummary
 
 __all__ = [
     "AgentFile",
     "AgentFileError",
     "KeelClient",
+    "KeelSchedules",
     "ModelStream",
     "NoWorker",
     "RequestRejected",
+    "ScheduleNotFound",
+    "ScheduleSummary",
     "SessionClosed",
     "SessionNotFound",
     "SessionSummary",

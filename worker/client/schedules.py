@@ -8,8 +8,8 @@ closes once that turn ends (after an approval, if one is needed), which is what 
 overlap policy see a job as finished. Temporal marks each such workflow with the search
 attribute ``TemporalScheduledById`` (the schedule's id), which ``keel sessions`` shows.
 
-The schedule's memo ``keel_task_queue`` names the task queue its sessions run on; listings
-show only the schedules of this client's queue.
+The schedule's memo ``keel_task_queue`` names the task queue its sessions run on (listings
+show only the schedules of this client's queue), and ``keel_spec`` when it fires, as given.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ _OVERLAP_NAMES = {policy: name for name, policy in OVERLAP_POLICIES.items()}
 # Temporal's own search attribute on a workflow a schedule started: the schedule's id.
 SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 TASK_QUEUE_MEMO = "keel_task_queue"
+# The spec as it was given (``cron 0 2 * * *``): Temporal answers with calendars instead.
+SPEC_MEMO = "keel_spec"
 
 
 class ScheduleNotFound(Exception):
@@ -190,10 +192,9 @@ class KeelSchedules:
             policy=SchedulePolicy(overlap=OVERLAP_POLICIES[overlap]),
             state=ScheduleState(note=f"created by keel schedule create {name}"),
         )
+        memo = {TASK_QUEUE_MEMO: self.task_queue, SPEC_MEMO: describe_spec(spec)}
         try:
-            return await self.client.create_schedule(
-                name, schedule, memo={TASK_QUEUE_MEMO: self.task_queue}
-            )
+            return await self.client.create_schedule(name, schedule, memo=memo)
         except ScheduleAlreadyRunningError as err:
             raise RequestRejected(f"schedule {name!r} exists already") from err
         except RPCError as err:
@@ -222,7 +223,7 @@ class KeelSchedules:
             found.append(
                 ScheduleSummary(
                     name=entry.id,
-                    spec=describe_spec(schedule.spec),
+                    spec=str(memo.get(SPEC_MEMO) or describe_spec(schedule.spec)),
                     paused=schedule.state.paused,
                     note=schedule.state.note or "",
                     next_runs=list(info.next_action_times),
@@ -296,9 +297,10 @@ class KeelSchedules:
                 model = start.config.model
                 prompt = text_of(Message(role="user", content=start.prompt or []))
         overlap = schedule.policy.overlap
+        memo = await description.memo()
         return ScheduleSummary(
             name=description.id,
-            spec=describe_spec(schedule.spec),
+            spec=str(memo.get(SPEC_MEMO) or describe_spec(schedule.spec)),
             paused=schedule.state.paused,
             note=schedule.state.note or "",
             next_runs=list(info.next_action_times),
