@@ -42,6 +42,18 @@ InterruptKind = Literal["approval", "question"]
 InterruptStatus = Literal["pending", "approved", "denied", "answered", "timed_out", "cancelled"]
 
 
+def notify_urls(urls: list[str]) -> list[str]:
+    """Check notification URLs: http or https, with a host and no user part.
+
+    Raises:
+        ValueError: naming the first URL that is not one.
+    """
+    for url in urls:
+        if not _NOTIFY_URL.match(url):
+            raise ValueError(f"not an http(s) URL: {url!r}")
+    return urls
+
+
 class KeelModel(BaseModel):
     """Base for Keel's own (non-Converse) types: unknown fields are an error."""
 
@@ -142,10 +154,7 @@ class SessionConfig(KeelModel):
     @field_validator("notify")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
-        for url in urls:
-            if not _NOTIFY_URL.match(url):
-                raise ValueError(f"not an http(s) URL: {url!r}")
-        return urls
+        return notify_urls(urls)
 
 
 class SubAgent(KeelModel):

@@ -92,6 +92,7 @@ output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }}
             4,
         ),
         ('system = "no model anywhere"\n', "model", None),
+        ('model = "scripted:x"\nnotify = ["ftp://files.example/drop"]\n', "notify", 2),
     ],
 )
 def test_invalid_files_name_key_and_line(
@@ -104,6 +105,18 @@ def test_invalid_files_name_key_and_line(
     assert f": {key}: " in message
     if line is not None:
         assert f"agent.toml:{line}:" in message and f"(line {line})" in message
+
+
+def test_notify_urls_from_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'model = "scripted:x"\nnotify = ["https://hooks.example/a"]\n')
+    assert load_agent_file(path).config.notify == ["https://hooks.example/a"]
+
+
+def test_the_jobs_page_agent_file_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "nightly.toml"
+    config = load_agent_file(example).config
+    assert config.model.endswith("activities/examples/approval.json")
+    assert config.tool_modules == ["activities.examples.workspace"] and config.notify == []
 
 
 def test_not_toml(tmp_path: Path) -> None:

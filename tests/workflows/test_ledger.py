@@ -36,7 +36,7 @@ from workflows import (
     TurnRecord,
     text_block,
 )
-from workflows.contracts import PrefixRef, ToolSpec
+from workflows.contracts import Notification, PrefixRef, ToolSpec
 from workflows.ledger import Ledger, PendingCycle, QueuedPrompt
 from workflows.messages import error_result
 from workflows.session import AgentSession
@@ -44,7 +44,7 @@ from workflows.session import AgentSession
 # What AgentSession may hold beside its ledger: its configuration, a start error, and what is
 # in flight within one run (activity handles, signals held for one workflow task, running
 # sub-agent children and decisions not yet forwarded to them: no run continues-as-new while a
-# child runs).
+# child runs), and the tasks delivering notifications (their notifications are in the ledger).
 RUN_LOCAL = {
     "_config",
     "_ledger",
@@ -55,6 +55,7 @@ RUN_LOCAL = {
     "_continuing",
     "_children",
     "_forward",
+    "_deliveries",
 }
 
 
@@ -94,6 +95,11 @@ def every_field_set() -> Ledger:
         single_turn=True,
         parent_session="parent-1",
         mirrored={"i-child": "parent-1/helper-t1"},
+        outbox=[
+            Notification(
+                key="s/turn/2#0", url="https://hooks.example/k", event={"id": "s/turn/2"}
+            )
+        ],
     )
 
 

@@ -163,3 +163,35 @@ def test_notify_urls_must_be_http() -> None:
     with pytest.raises(ValueError, match="not an http"):
         SessionConfig(model="scripted:x.json", notify=["http://user@evil.example/"])
     assert SessionConfig(model="m:x", notify=["https://hooks.example/T/1"]).notify
+
+
+async def test_undelivered_notification_survives_continue_as_new(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    session = sid()
+    with receiver(fail_first=2) as hook:
+        config = script(
+            [respond(text("one")), respond(text("two"))],
+            notify=[hook.url],
+            continue_as_new_events=20,
+        )
+        async with run_worker():
+            await keel.run(session, "first", config=config, timeout_s=30)
+            await hook.arrival(1)
+            # the next prompt lands on a full history: the session continues-as-new while
+            # turn 1's notification waits for its retry
+            await keel.run(session, "second", timeout_s=30)
+            for _ in range(150):
+                state = await keel.state(session, include_messages=False)
+                sent = [e.detail for e in state.events if e.type == "notification_sent"]
+                if len(sent) == 2:
+                    break
+                await asyncio.sleep(0.1)
+        await save_history(keel.client, session, "notify_across_continue_as_new")
+    assert state.run >= 2
+    assert [d["event"] for d in sent] == ["turn_ended", "turn_ended"]
+    turn1 = [r for r in hook.received if r.headers["X-Keel-Delivery"] == f"{session}/turn/1"]
+    attempts = [r.headers["X-Keel-Attempt"] for r in turn1]
+    assert len(turn1) >= 3  # two refused, then taken
+    assert attempts.count("1") >= 2  # the next run posted it again, from its first attempt
+    assert {r.body for r in turn1} == {turn1[0].body}  # the same event every time

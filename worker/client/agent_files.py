@@ -17,11 +17,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from activities.structured import OutputSchemaError, check_output_schema
 from worker.client.paths import local_path, sendable_model_spec
-from workflows.contracts import SessionConfig, SubAgent
+from workflows.contracts import SessionConfig, SubAgent, notify_urls
 from workflows.structured import OUTPUT_TOOL
 
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
@@ -52,6 +52,11 @@ class _AgentTable(BaseModel):
     output_schema: dict[str, Any] | str | None = None
     notify: list[str] | None = None
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
+
+    @field_validator("notify")
+    @classmethod
+    def _http_urls(cls, urls: list[str] | None) -> list[str] | None:
+        return None if urls is None else notify_urls(urls)
 
 
 class SubAgentFile(BaseModel):
