@@ -62,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         text_block,
         tool_uses,
     )
-    from workflows.notifications import SessionNotifier
     from workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -91,7 +90,7 @@ def _failure_text(err: BaseException) -> str:
 
 
 @workflow.defn(name="AgentSession")
-class AgentSession(SubAgentSessions, SessionNotifier):
+class AgentSession(SubAgentSessions):
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handlers import SessionHandlers
     from workflows.ledger import SessionInput
     from workflows.messages import ToolResult, ToolResultContent, ToolUse, error_result, text_block
+    from workflows.notifications import SessionNotifier
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
@@ -54,7 +55,7 @@ def sub_agent_specs(agents: dict[str, SubAgent]) -> list[ToolSpec]:
     ]
 
 
-class SubAgentSessions(SessionHandlers):
+class SubAgentSessions(SessionHandlers, SessionNotifier):
     """The parent's side (run a child, mirror its interrupts) and the child's (report)."""
 
     _config: SessionConfig
@@ -157,6 +158,7 @@ class SubAgentSessions(SessionHandlers):
                     update={"turn": record.turn_id, "reason": f"[sub-agent {name}] {theirs.reason}"}
                 )
                 ledger.open_interrupt(record, copy)
+                self._notify_interrupt(copy)  # the parent's URLs: it is decided here
                 opened = True
             elif (
                 mine is not None

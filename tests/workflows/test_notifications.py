@@ -16,7 +16,7 @@ from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.helpers.webhooks import receiver
 from worker.client.keel_client import KeelClient
-from workflows.contracts import SessionConfig
+from workflows.contracts import SessionConfig, SubAgent
 
 SECRET = "s3cret-for-tests"
 
@@ -195,3 +195,34 @@ async def test_undelivered_notification_survives_continue_as_new(
     assert len(turn1) >= 3  # two refused, then taken
     assert attempts.count("1") >= 2  # the next run posted it again, from its first attempt
     assert {r.body for r in turn1} == {turn1[0].body}  # the same event every time
+
+
+async def test_a_sub_agents_approval_is_announced_by_the_parent(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    asked = tool_use("g1", "guarded_record", path=str(tmp_path / "w.txt"), value="v")
+    writer = script([respond(asked, stop="tool_use"), respond(text("written"))])
+    session = sid()
+    with receiver() as hook:
+        parent = script(
+            [
+                respond(tool_use("w1", "writer", prompt="write it"), stop="tool_use"),
+                respond(text("all done")),
+            ],
+            agents={"writer": SubAgent(description="Writes.", config=writer)},
+            notify=[hook.url],
+        )
+        async with run_worker():
+            ack = await keel.prompt(session, "go", config=parent)
+            [posted] = await hook.arrival(1)
+            event = posted.event
+            assert event["session"] == session and event["tool"] == "guarded_record"
+            assert event["reason"].startswith("[sub-agent writer]")
+            # the command it carries is the one that decides it: through the parent
+            approve = event["command"].split()
+            assert approve[:3] == ["keel", "approve", session]
+            await keel.decide(session, approve[3], "approve")
+            done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+            await hook.arrival(2)
+    assert done.status == "completed"
+    assert [e["event"] for e in hook.events()] == ["interrupt", "turn_ended"]
