@@ -33,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.activity_contracts import NotifyRequest, NotifyResponse
 from workflows.activity_options import NOTIFY_ACTIVITY, NOTIFY_HTTP_TIMEOUT_S, NOTIFY_REFUSED
+from workflows.contracts import notify_urls
 from workflows.notifications import where
 
 logger = logging.getLogger(__name__)
@@ -119,6 +120,10 @@ async def post_notification(request: NotifyRequest) -> NotifyResponse:
     """
     attempt = activity.info().attempt
     to = where(request.url)
+    try:  # SessionConfig checked them; a raw client's payload is checked again here
+        notify_urls([request.url])
+    except ValueError as err:
+        raise ApplicationError(str(err), type=NOTIFY_REFUSED, non_retryable=True) from err
     try:
         status = await _in_thread(_request(request, attempt))
     except (OSError, ValueError) as err:

@@ -37,11 +37,13 @@ class Receiver:
         fail_first: answer 500 to this many POSTs of each delivery (``X-Keel-Delivery``),
             then 200.
         hang: never answer (until ``release`` is set, at the end of the block).
+        status: the answer after the failures (default 200).
     """
 
     url: str
     fail_first: int = 0
     hang: bool = False
+    status: int = 200
     received: list[Received] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -83,7 +85,7 @@ def receiver(**behaviour: Any) -> Iterator[Receiver]:
             delivery = self.headers.get("X-Keel-Delivery")
             tries = [r for r in state.received if r.headers.get("X-Keel-Delivery") == delivery]
             failing = len(tries) <= state.fail_first
-            self.send_response(500 if failing else 200)
+            self.send_response(500 if failing else state.status)
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")
@@ -94,7 +96,7 @@ def receiver(**behaviour: Any) -> Iterator[Receiver]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     state = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hook", **behaviour)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield state
