@@ -259,3 +259,19 @@ async def test_scheduled_job_with_approval_and_notification_end_to_end(
         assert gone.code == 2 and f"no schedule {name!r}" in gone.err
         ended = [e for e in hook.events("turn_ended") if e["session"] == first]
         assert ended and ended[0]["status"] == "completed" and ended[0]["answer"] == "tidied"
+
+
+async def test_schedule_overlap_policy_is_kept(cli: Cli, tmp_path: Path) -> None:
+    model = write_script(tmp_path / "m.json", [respond(text("x"))])
+    name = f"buf-{uuid.uuid4().hex[:6]}"
+    created = await cli(
+        "schedule", "create", name, "--every", "1h30m", "--overlap", "buffer", "--model", model,
+        "--json", "go",
+    )  # fmt: skip
+    assert created.code == 0, created.err
+    assert created.json()["overlap"] == "buffer" and created.json()["spec"] == "every 90m"
+    again = await cli("schedule", "create", name, "--every", "1h", "--model", model, "go")
+    assert again.code == 2 and f"schedule {name!r} exists already" in again.err
+    bad = await cli("schedule", "create", f"{name}x", "--cron", "99 * * * *", "--model", model, "x")
+    assert bad.code == 2 and "Temporal refused schedule" in bad.err
+    assert (await cli("schedule", "delete", name)).code == 0

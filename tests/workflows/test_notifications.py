@@ -15,6 +15,7 @@ from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.helpers.webhooks import receiver
+from worker.cli.follow import event_line
 from worker.client.keel_client import KeelClient
 from workflows.contracts import SessionConfig, SubAgent
 
@@ -226,3 +227,27 @@ async def test_a_sub_agents_approval_is_announced_by_the_parent(
             await hook.arrival(2)
     assert done.status == "completed"
     assert [e["event"] for e in hook.events()] == ["interrupt", "turn_ended"]
+
+
+async def test_a_refused_notification_is_logged_and_shown_not_raised(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    session = sid()
+    with receiver(status=404) as hook:
+        config = script([respond(text("one")), respond(text("two"))], notify=[hook.url])
+        async with run_worker():
+            first = await keel.run(session, "first", config=config, timeout_s=30)
+            for _ in range(100):
+                state = await keel.state(session, include_messages=False)
+                failed = [e for e in state.events if e.type == "notification_failed"]
+                if failed:
+                    break
+                await asyncio.sleep(0.1)
+            second = await keel.run(session, "second", timeout_s=30)  # the session goes on
+    assert first.status == second.status == "completed"
+    assert len(hook.received) >= 1 and hook.received[0].headers["X-Keel-Attempt"] == "1"
+    [event] = failed
+    assert event.detail["event"] == "turn_ended" and "refused: HTTP 404" in event.detail["error"]
+    line = event_line(event)  # as keel watch prints it
+    assert "notification_failed" in line and "not delivered" in line and "HTTP 404" in line
+    assert "/hook" not in line  # the URL's path (a webhook's secret) stays out of the log
