@@ -33,6 +33,14 @@ ends with one more model call that answers with text):
   N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
 - ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
   open in the worker's cache: (worker RSS after - RSS before) / K.
+- ``cycles_to_history_limit[50MB]``: the cycles of one turn whose history reaches Temporal's
+  50 MiB limit, extrapolated from ``history_bytes_fixed`` and the per-cycle bytes at the two
+  largest ``--history-cycles`` (``tests.benchmarks.peer.longest_turn`` states the formula).
+
+``--peer strands`` adds a third system, the official Strands plugin
+(``tests.benchmarks.peer``: its worker runs in a venv of its own, made on first use), to the
+latency, history and memory figures: its lines are ``strands.*``, and ``ratio_strands.*`` is
+Keel / Strands. Throughput and replay stay Keel against the floor.
 
 The dev server runs with ``history.transferProcessorMaxPollRPS=1000`` unless
 ``--stock-server``: the stock setting makes every workflow task wait for a poll of the
@@ -46,7 +54,7 @@ Usage::
         [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
         [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
         [--dynamic-config-value KEY=VALUE] [--markdown FILE]
-        [--profile DIR]
+        [--profile DIR] [--peer strands [--peer-venv DIR]]
 
 ``--profile DIR`` samples each worker process with py-spy (Python frames holding the GIL,
 250 Hz) into ``DIR/SYSTEM-PID.txt`` (collapsed stacks); ``python -m tests.benchmarks.stacks``
@@ -79,6 +87,14 @@ from temporalio.worker import Replayer
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
+from tests.benchmarks.peer import (
+    HISTORY_LIMIT_BYTES,
+    PEERS,
+    Peer,
+    default_venv,
+    ensure_venv,
+    longest_turn,
+)
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import run_histories
@@ -94,6 +110,8 @@ SAMPLE_TOOLS = "tests.sample_tools"
 # Keel's cycles call one of these sample tools; each returns a text of --result-size.
 TOOLS = ("big_async", "big")
 SYSTEMS = ("keel", "floor")
+# The figure of Temporal's history size limit: cycles of one turn until 50 MiB of history.
+CYCLES_TO_LIMIT = "cycles_to_history_limit[50MB]"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -120,6 +138,8 @@ class Options:
     bytecode: bool = True
     markdown: Path | None = None
     profile: Path | None = None
+    peer: str | None = None
+    peer_venv: Path | None = None
 
 
 @dataclass
@@ -129,6 +149,7 @@ class Figure:
     keel: float | None = None
     floor: float | None = None
     paired: float | None = None  # a ratio measured pair by pair, not of the two figures
+    peer: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -137,6 +158,13 @@ class Figure:
         if self.keel is None or not self.floor:
             return None
         return self.keel / self.floor
+
+    @property
+    def peer_ratio(self) -> float | None:
+        """Keel / the peer."""
+        if self.keel is None or not self.peer:
+            return None
+        return self.keel / self.peer
 
 
 def fmt(value: float) -> str:
@@ -148,8 +176,9 @@ def fmt(value: float) -> str:
 class Report:
     """Figures as they are measured, printed as ``figure value unit`` lines."""
 
-    def __init__(self, out: Callable[[str], None]) -> None:
+    def __init__(self, out: Callable[[str], None], peer: str | None = None) -> None:
         self.out = out
+        self.peer = peer
         self.figures: dict[str, Figure] = {}
         self.notes: list[str] = []
 
@@ -157,15 +186,27 @@ class Report:
         self.notes.append(text)
         self.out(f"# {text}")
 
-    def add(self, name: str, unit: str, keel: float | None, floor: float | None) -> Figure:
-        figure = Figure(name, unit, keel, floor)
+    def add(
+        self,
+        name: str,
+        unit: str,
+        keel: float | None,
+        floor: float | None,
+        peer: float | None = None,
+    ) -> Figure:
+        """Print Keel's, the floor's and the peer's figure, then Keel / floor and Keel / peer."""
+        figure = Figure(name, unit, keel, floor, peer=peer)
         self.figures[name] = figure
         if keel is not None:
             self.out(f"keel.{name} {fmt(keel)} {unit}")
         if floor is not None:
             self.out(f"floor.{name} {fmt(floor)} {unit}")
+        if peer is not None:
+            self.out(f"{self.peer}.{name} {fmt(peer)} {unit}")
         if figure.ratio is not None:
             self.out(f"ratio.{name} {figure.ratio:.3f} x")
+        if figure.peer_ratio is not None:
+            self.out(f"ratio_{self.peer}.{name} {figure.peer_ratio:.3f} x")
         return figure
 
     def add_ratio(self, name: str, ratio: float) -> Figure:
@@ -176,12 +217,27 @@ class Report:
         return figure
 
     def markdown(self) -> str:
-        rows = ["| figure | Keel | floor | Keel / floor |", "|---|---:|---:|---:|"]
+        def value(x: float | None, unit: str) -> str:
+            return f"{fmt(x)} {unit}" if x is not None else "-"
+
+        def ratio(x: float | None) -> str:
+            return f"{x:.2f}" if x is not None else "-"
+
+        if self.peer is None:
+            rows = ["| figure | Keel | floor | Keel / floor |", "|---|---:|---:|---:|"]
+        else:
+            rows = [
+                f"| figure | Keel | floor | {self.peer} | Keel / floor | Keel / {self.peer} |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
         for f in self.figures.values():
-            keel = f"{fmt(f.keel)} {f.unit}" if f.keel is not None else "-"
-            floor = f"{fmt(f.floor)} {f.unit}" if f.floor is not None else "-"
-            ratio = f"{f.ratio:.2f}" if f.ratio is not None else "-"
-            rows.append(f"| {f.name} | {keel} | {floor} | {ratio} |")
+            cells = [f.name, value(f.keel, f.unit), value(f.floor, f.unit)]
+            if self.peer is not None:
+                cells.append(value(f.peer, f.unit))
+            cells.append(ratio(f.ratio))
+            if self.peer is not None:
+                cells.append(ratio(f.peer_ratio))
+            rows.append("| " + " | ".join(cells) + " |")
         return "\n".join(rows) + "\n"
 
 
@@ -202,34 +258,33 @@ def rss_bytes(pid: int) -> int:
 
 
 class WorkerProcess:
-    """``python -m tests.benchmarks.worker SYSTEM ...`` as a child process."""
+    """``python -m tests.benchmarks.worker SYSTEM ...`` (or ``entry ...``) as a child process."""
 
     def __init__(
         self,
         system: str,
         address: str,
         task_queue: str,
-        store: Path,
         env: dict[str, str] | None = None,
         profile: Path | None = None,
+        entry: list[str] | None = None,
         **flags: Any,
     ):
+        """A worker of ``system``; ``entry`` is its program and first arguments if not ours.
+
+        Each of ``flags`` becomes ``--name value`` (``None`` leaves it out).
+        """
         self.system = system
         self.env = env
         self.profile = profile
         self.profiler: asyncio.subprocess.Process | None = None
         self.cwd = ROOT
         self.command = [
-            sys.executable,
-            "-m",
-            "tests.benchmarks.worker",
-            system,
+            *(entry or [sys.executable, "-m", "tests.benchmarks.worker", system]),
             "--address",
             address,
             "--task-queue",
             task_queue,
-            "--store",
-            str(store),
         ]
         for name, value in flags.items():
             if value is not None:
@@ -401,10 +456,11 @@ class KeelSystem(System):
 class FloorSystem(System):
     name = "floor"
     model_activity = FLOOR_MODEL
+    workflow = FLOOR_WORKFLOW
 
     async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
         return await self.client.start_workflow(
-            FLOOR_WORKFLOW,
+            self.workflow,
             {"cycles": cycles, "result_size": self.result_size, "hold": hold},
             id=session_id,
             task_queue=self.task_queue,
@@ -421,6 +477,22 @@ class FloorSystem(System):
 
     def replayer(self) -> Replayer:
         return Replayer(workflows=[FloorLoop])
+
+
+class PeerSystem(FloorSystem):
+    """The peer's workflow takes the floor's input, has its ``done`` query and ``release``.
+
+    Its code lives in the peer's venv only, so this process cannot replay it.
+    """
+
+    def __init__(self, peer: Peer, *args: Any) -> None:
+        super().__init__(*args)
+        self.name = peer.name
+        self.model_activity = peer.model_activity
+        self.workflow = peer.workflow
+
+    def replayer(self) -> Replayer:
+        raise NotImplementedError(f"{self.name}'s workflow runs in its own venv only")
 
 
 # ----------------------------------------------------------------------------- history
@@ -455,7 +527,9 @@ class Bench:
         keel_client: Client,
         floor_client: Client,
         server_pid: int | None = None,
+        peer: tuple[Peer, Path] | None = None,
     ) -> None:
+        """``peer``: the peer and its venv's python, if the run has one."""
         self.options = options
         self.server_pid = server_pid
         self.report = report
@@ -463,11 +537,22 @@ class Bench:
         self.workdir = workdir
         self.clients = {"keel": keel_client, "floor": floor_client}
         self.store = workdir / "store"
+        self.peer, self.peer_python = peer if peer else (None, None)
+        # Latency, history and memory measure the peer too; throughput and replay do not.
+        self.names = SYSTEMS if self.peer is None else (*SYSTEMS, self.peer.name)
 
     def system(self, name: str, task_queue: str) -> System:
-        kind = KeelSystem if name == "keel" else FloorSystem
         o = self.options
-        return kind(self.clients[name], task_queue, self.workdir, o.result_size, o.tool)
+        args = (task_queue, self.workdir, o.result_size, o.tool)
+        if self.peer is not None and name == self.peer.name:
+            return PeerSystem(self.peer, self.clients["floor"], *args)
+        kind = KeelSystem if name == "keel" else FloorSystem
+        return kind(self.clients[name], *args)
+
+    def add(self, name: str, unit: str, values: dict[str, float | None]) -> None:
+        """Report one figure of each system in ``values`` (by system name)."""
+        peer = values.get(self.peer.name) if self.peer is not None else None
+        self.report.add(name, unit, values.get("keel"), values.get("floor"), peer)
 
     def worker_env(self) -> dict[str, str]:
         """The workers' environment: with a bytecode cache unless ``--no-bytecode``.
@@ -483,25 +568,38 @@ class Bench:
             env["PYTHONPYCACHEPREFIX"] = str(self.workdir / "pycache")
         return env
 
+    def worker(self, name: str, queue: str, **flags: Any) -> WorkerProcess:
+        """The worker process of one system (not started)."""
+        freeze = "yes" if self.options.freeze_heap in (name, "both") else "no"
+        env = self.worker_env()
+        if self.peer is None or name != self.peer.name:
+            flags["store"] = self.store
+            entry = None
+        else:
+            # The peer's venv, and this repository for its worker module only.
+            env.update(PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
+            env.pop("VIRTUAL_ENV", None)
+            entry = [str(self.peer_python), "-m", self.peer.module]
+        return WorkerProcess(
+            name,
+            self.address,
+            queue,
+            env,
+            self.options.profile,
+            entry,
+            freeze_heap=freeze,
+            **flags,
+        )
+
     @contextlib.asynccontextmanager
     async def workers(self, **flags: Any) -> Any:
         """A fresh worker process per system, each on its own task queue."""
         procs: dict[str, WorkerProcess] = {}
         systems: dict[str, System] = {}
         try:
-            for name in SYSTEMS:
+            for name in self.names:
                 queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-                freeze = self.options.freeze_heap in (name, "both")
-                procs[name] = WorkerProcess(
-                    name,
-                    self.address,
-                    queue,
-                    self.store,
-                    self.worker_env(),
-                    self.options.profile,
-                    freeze_heap="yes" if freeze else "no",
-                    **flags,
-                )
+                procs[name] = self.worker(name, queue, **flags)
                 systems[name] = self.system(name, queue)
             await asyncio.gather(*(p.start() for p in procs.values()))
             yield systems, procs
@@ -517,7 +615,7 @@ class Bench:
             for level, sessions in enumerate(o.sessions):
                 order = SYSTEMS if level % 2 == 0 else SYSTEMS[::-1]
                 await self.throughput(systems, procs, sessions, order)
-            await self.replay(systems)
+            await self.replay({name: systems[name] for name in SYSTEMS})
             await self.history(systems)
         if o.memory_sessions:
             await self.memory()
@@ -529,11 +627,12 @@ class Bench:
 
     async def latency(self, systems: dict[str, System], procs: dict[str, WorkerProcess]) -> None:
         o = self.options
-        cycle: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-        wall: dict[str, list[float]] = {s: [] for s in SYSTEMS}
-        cpu = dict.fromkeys(SYSTEMS, 0.0)
+        names = self.names
+        cycle: dict[str, list[float]] = {s: [] for s in names}
+        wall: dict[str, list[float]] = {s: [] for s in names}
+        cpu = dict.fromkeys(names, 0.0)
         for repeat in range(o.repeats):
-            order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
+            order = names if repeat % 2 == 0 else names[::-1]
             for name in order:
                 system, proc = systems[name], procs[name]
                 cpu_before = proc.cpu()
@@ -545,28 +644,24 @@ class Bench:
                     await run_histories(system.client, handle.id), system.model_activity
                 )
                 cycle[name].append((times[-1] - times[0]) / o.latency_cycles)
-        self.report.add(
-            "cycle_latency",
-            "ms",
-            *(statistics.median(cycle[s]) * 1000 for s in SYSTEMS),
-        )
-        self.report.add(
-            "turn_wall_per_cycle", "ms", *(statistics.median(wall[s]) * 1000 for s in SYSTEMS)
-        )
+        median = statistics.median
+        self.add("cycle_latency", "ms", {s: median(cycle[s]) * 1000 for s in names})
+        self.add("turn_wall_per_cycle", "ms", {s: median(wall[s]) * 1000 for s in names})
         cycles = o.repeats * o.latency_cycles
-        self.report.add(
-            "worker_cpu_per_cycle[sessions=1]", "ms", *(cpu[s] / cycles * 1000 for s in SYSTEMS)
+        self.add(
+            "worker_cpu_per_cycle[sessions=1]", "ms", {s: cpu[s] / cycles * 1000 for s in names}
         )
 
     async def history(self, systems: dict[str, System]) -> None:
-        sizes: dict[str, dict[int, int | None]] = {s: {} for s in SYSTEMS}
+        sizes: dict[str, dict[int, int | None]] = {s: {} for s in self.names}
         for cycles in [0, *self.options.history_cycles]:
             for name, system in systems.items():
+                handle = await system.start(system.session_id(f"history{cycles}"), cycles)
                 try:
-                    handle = await system.run(cycles, f"history{cycles}")
+                    await handle.result()
                     runs = await run_histories(system.client, handle.id)
-                except Exception as err:  # the floor outgrows Temporal's limits first
-                    self.report.note(f"{name} history at {cycles} cycles failed: {err!r}")
+                except Exception as err:  # the floor and the peer outgrow Temporal's limits
+                    await self.history_failed(system, handle, cycles, err)
                     sizes[name][cycles] = None
                     continue
                 sizes[name][cycles] = history_bytes(runs)
@@ -577,21 +672,50 @@ class Bench:
             value = sizes[name][0]
             return None if value is None else float(value)
 
-        self.report.add("history_bytes_fixed", "bytes", fixed("keel"), fixed("floor"))
+        def per_cycle(name: str, cycles: int) -> float | None:
+            total, base = sizes[name][cycles], sizes[name][0]
+            if total is None or base is None:
+                return None
+            return (total - base) / cycles
+
+        self.add("history_bytes_fixed", "bytes", {s: fixed(s) for s in self.names})
         for cycles in self.options.history_cycles:
-
-            def per_cycle(name: str, cycles: int = cycles) -> float | None:
-                total, base = sizes[name][cycles], sizes[name][0]
-                if total is None or base is None:
-                    return None
-                return (total - base) / cycles
-
-            self.report.add(
+            self.add(
                 f"history_bytes_per_cycle[cycles={cycles}]",
                 "bytes",
-                per_cycle("keel"),
-                per_cycle("floor"),
+                {s: per_cycle(s, cycles) for s in self.names},
             )
+        longest: dict[str, float | None] = {}
+        for name in self.names:
+            measured = {n: per_cycle(name, n) for n in self.options.history_cycles}
+            base = fixed(name)
+            known = {n: p for n, p in measured.items() if p is not None}
+            longest[name] = None if base is None else longest_turn(base, known, HISTORY_LIMIT_BYTES)
+        if any(v is not None for v in longest.values()):
+            self.report.note(
+                f"{CYCLES_TO_LIMIT}: cycles N of one turn with fixed + N * p(N) = 50 MiB of "
+                "history, p(N) = a + b * N through the two largest cycle counts measured (see "
+                "tests.benchmarks.peer.longest_turn); extrapolated. The floor and the peer never "
+                "continue as new: Temporal terminates their run there. Keel's turn continues as "
+                "new long before, so no run of it comes near; its figure counts all its runs"
+            )
+            self.add(CYCLES_TO_LIMIT, "cycles", longest)
+
+    async def history_failed(
+        self, system: System, handle: WorkflowHandle, cycles: int, err: Exception
+    ) -> None:
+        """Say how far a turn got before it failed (say, at Temporal's history size limit)."""
+        note = f"{system.name} history at {cycles} cycles failed: {err!r}"
+        if err.__cause__ is not None:
+            note += f", because {err.__cause__!r}"
+        with contextlib.suppress(Exception):
+            runs = await run_histories(system.client, handle.id)
+            calls = len(model_call_times(runs, system.model_activity))
+            note += (
+                f"; its history holds {calls} model calls (tool cycles + 1) in "
+                f"{history_bytes(runs)} bytes"
+            )
+        self.report.note(note)
 
     async def throughput(
         self,
@@ -688,9 +812,9 @@ class Bench:
 
     async def memory(self) -> None:
         sessions = self.options.memory_sessions
-        per_session: dict[str, float] = {}
+        per_session: dict[str, float | None] = {}
         async with self.workers(max_cached_workflows=sessions + 20) as (systems, procs):
-            for name in SYSTEMS:
+            for name in self.names:
                 system, proc = systems[name], procs[name]
                 for _ in range(2):
                     await system.run(1, "memwarm")
@@ -705,9 +829,7 @@ class Bench:
                 per_session[name] = (after - before) / sessions / 1024
                 await asyncio.gather(*(system.release(h) for h in handles))
                 await asyncio.gather(*(h.result() for h in handles))
-        self.report.add(
-            "memory_per_cached_session", "KB", per_session["keel"], per_session["floor"]
-        )
+        self.add("memory_per_cached_session", "KB", per_session)
 
 
 def machine() -> str:
@@ -746,7 +868,14 @@ async def run(
         address: an existing Temporal to use instead of starting a dev server (then
             ``options.persistence`` only labels the output).
     """
-    report = Report(out)
+    report = Report(out, options.peer)
+    peer: tuple[Peer, Path] | None = None
+    if options.peer is not None:
+        spec = PEERS[options.peer]
+        venv = options.peer_venv or default_venv(spec)
+        python, what = await asyncio.to_thread(ensure_venv, spec, venv, temporalio.__version__)
+        report.note(f"peer: {what}")
+        peer = (spec, python)
     with _workdir() as workdir:
         server: DevServer | None = None
         if address is None:
@@ -773,11 +902,18 @@ async def run(
             f"({'async' if options.tool == 'big_async' else 'sync, in a thread'}); "
             f"floor: {FLOOR_WORKFLOW} (tests.benchmarks.floor, async activities)"
         )
+        if options.peer is not None:
+            report.note(
+                f"peer {options.peer}: {PEERS[options.peer].module} in its venv; measured in "
+                "the latency, history and memory figures (not throughput or replay)"
+            )
         try:
             keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
             floor_client = await Client.connect(address)
             server_pid = server.pid if server else None
-            bench = Bench(options, report, address, workdir, keel_client, floor_client, server_pid)
+            bench = Bench(
+                options, report, address, workdir, keel_client, floor_client, server_pid, peer
+            )
             await bench.run_all()
         finally:
             if server is not None:
@@ -854,6 +990,17 @@ def parse(argv: list[str] | None = None) -> Options:
         help="run the workers with this environment's bytecode settings as they are",
     )
     parser.add_argument("--markdown", type=Path, help="also write a markdown table there")
+    parser.add_argument(
+        "--peer",
+        choices=sorted(PEERS),
+        help="also measure this integration (latency, history, memory), in its own venv",
+    )
+    parser.add_argument(
+        "--peer-venv",
+        type=Path,
+        metavar="DIR",
+        help="the peer's venv, made there on first use (default: ~/.cache/keel-bench/PEER-venv)",
+    )
     parser.add_argument(
         "--profile",
         type=Path,
