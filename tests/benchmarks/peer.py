@@ -40,11 +40,17 @@ class Peer:
     model_activity: str
     probe: str  # a module the venv must import
     versions_of: tuple[str, ...]
+    args: tuple[str, ...] = ()  # after ``python -m module``
+
+    def entry(self, python: Path) -> list[str]:
+        """The command of the peer's worker, before ``--address`` and the rest."""
+        return [str(python), "-m", self.module, *self.args]
 
 
 STRANDS = Peer(
     name="strands",
-    requirements=("temporalio-strands-agents==0.1.0",),
+    # strands-agents pinned too (the plugin asks for >=1.51.0): the same peer every run.
+    requirements=("temporalio-strands-agents==0.1.0", "strands-agents==1.62.0"),
     module="tests.benchmarks.peer_strands",
     workflow="StrandsLoop",
     model_activity="invoke_model",

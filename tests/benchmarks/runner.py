@@ -579,7 +579,7 @@ class Bench:
             # The peer's venv, and this repository for its worker module only.
             env.update(PYTHONPATH=str(ROOT), PYTHONNOUSERSITE="1")
             env.pop("VIRTUAL_ENV", None)
-            entry = [str(self.peer_python), "-m", self.peer.module]
+            entry = self.peer.entry(self.peer_python)
         return WorkerProcess(
             name,
             self.address,

@@ -2,7 +2,9 @@
 
 It checks that every output line is ``figure value unit`` (or a ``#`` note), that each
 figure comes for Keel, for the floor and as their ratio, and that Keel's history per cycle
-does not grow with the number of cycles while the floor's does.
+does not grow with the number of cycles while the floor's does. The in-process run has a
+peer (``--peer``), a stand-in: the floor's worker under another name, run by this
+interpreter instead of a venv's (``test_peer.py`` has the real one).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.benchmarks.runner import Options, run
+from tests.benchmarks import runner
+from tests.benchmarks.floor import MODEL_ACTIVITY, WORKFLOW
+from tests.benchmarks.peer import Peer
+from tests.benchmarks.runner import CYCLES_TO_LIMIT, Options, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,6 +38,25 @@ FIGURES = [
     "replay_cold[cycles=5]",
     "memory_per_cached_session",
 ]
+# The figures a peer has too (not throughput or replay).
+PEER_FIGURES = [
+    "cycle_latency",
+    "worker_cpu_per_cycle[sessions=1]",
+    "history_bytes_per_cycle[cycles=40]",
+    CYCLES_TO_LIMIT,
+    "memory_per_cached_session",
+]
+# The floor's worker as a peer: what the runner does with a peer, without making a venv.
+STANDIN = Peer(
+    name="standin",
+    requirements=(),
+    module="tests.benchmarks.worker",
+    args=("floor",),
+    workflow=WORKFLOW,
+    model_activity=MODEL_ACTIVITY,
+    probe="tests.benchmarks.floor",
+    versions_of=("temporalio",),
+)
 
 
 def parse(lines: list[str]) -> dict[str, tuple[float, str]]:
@@ -47,8 +72,16 @@ def parse(lines: list[str]) -> dict[str, tuple[float, str]]:
 
 
 async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
-    temporal_env: WorkflowEnvironment,
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    made: list[tuple[Peer, Path]] = []
+
+    def this_interpreter(peer: Peer, venv: Path, version: str) -> tuple[Path, str]:
+        made.append((peer, venv))
+        return Path(sys.executable), f"{peer.name}: this interpreter"
+
+    monkeypatch.setitem(runner.PEERS, STANDIN.name, STANDIN)
+    monkeypatch.setattr(runner, "ensure_venv", this_interpreter)
     options = Options(
         latency_cycles=2,
         repeats=1,
@@ -60,6 +93,9 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         replay_cycles=5,
         replay_repeats=1,
         memory_sessions=3,
+        peer=STANDIN.name,
+        peer_venv=tmp_path,
+        markdown=tmp_path / "table.md",
     )
     lines: list[str] = []
     address = temporal_env.client.service_client.config.target_host
@@ -68,6 +104,21 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     for name in FIGURES:
         for system in ("keel", "floor", "ratio"):
             assert f"{system}.{name}" in figures, f"{system}.{name} missing:\n" + "\n".join(lines)
+
+    assert made == [(STANDIN, tmp_path)]
+    assert "# peer: standin: this interpreter" in lines
+    for name in PEER_FIGURES:
+        for system in ("standin", "ratio_standin"):
+            assert f"{system}.{name}" in figures, f"{system}.{name} missing:\n" + "\n".join(lines)
+    assert not any(f.startswith("standin.throughput") for f in figures)
+    assert "standin.replay[cycles=5]" not in figures
+    # The stand-in is the floor in a process of its own: the same history but for its ids.
+    for name in ["history_bytes_fixed", "history_bytes_per_cycle[cycles=40]"]:
+        standin, floor = figures[f"standin.{name}"][0], figures[f"floor.{name}"][0]
+        assert standin == pytest.approx(floor, rel=0.02), name
+    assert figures[f"standin.{CYCLES_TO_LIMIT}"][0] < figures[f"keel.{CYCLES_TO_LIMIT}"][0]
+    table = (tmp_path / "table.md").read_text()
+    assert "| figure | Keel | floor | standin | Keel / floor | Keel / standin |" in table
     assert any(line.startswith("# server:") and "persistence=" in line for line in lines)
     runs = next(line for line in lines if line.startswith("# throughput[sessions=3] runs"))
     assert runs.count("keel ") == 1 and runs.count("floor ") == 1, runs
