@@ -1,10 +1,10 @@
 """``--peer strands``, in a tiny version: its venv, its worker, its lines; no timed assertions.
 
-The real Strands peer makes its venv from PyPI first (about 45 s on 2 cores, 105 s for the
-whole test), so its test is marked slow and runs only with ``KEEL_TEST_PEER=1``. Without
-it: the runner's peer plumbing, with a stand-in peer (in ``test_runner.py``, on the tiny run
-there), the formula of the longest turn, the command line, and the venv's guard against
-replacing a directory it did not make.
+The real Strands peer makes its venv from PyPI first (45 to 95 s on 2 cores; 70 to 105 s
+for the whole test), so its test is marked slow and runs only with ``KEEL_TEST_PEER=1``.
+Without it: the runner's peer plumbing, with a stand-in peer (in ``test_runner.py``, on the
+tiny run there), the formula of the longest turn, the command line, and the venv's guard
+against replacing a directory it did not make.
 """
 
 from __future__ import annotations
