@@ -20,12 +20,28 @@ class LoopHeartbeats:
         self._every_s = every_s
         self._beat = beat
         self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_later(every_s, self._tick)
+        self._handle: asyncio.TimerHandle = self._loop.call_later(every_s, self._tick)
+        self._stopped = False
+
+    def soon(self, delay_s: float) -> None:
+        """Beat ``delay_s`` from now, unless the next beat comes sooner anyway; on the loop."""
+        when = self._loop.time() + delay_s
+        if self._stopped or self._handle.when() <= when:
+            return
+        self._handle.cancel()
+        self._handle = self._loop.call_at(when, self._tick)
+
+    def soon_threadsafe(self, delay_s: float) -> None:
+        """``soon``, callable from any thread."""
+        self._loop.call_soon_threadsafe(self.soon, delay_s)
 
     def _tick(self) -> None:
+        if self._stopped:
+            return
         if self._beat():
             self._handle = self._loop.call_later(self._every_s, self._tick)
 
     def stop(self) -> None:
         """No more beats."""
+        self._stopped = True
         self._handle.cancel()

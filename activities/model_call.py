@@ -6,6 +6,7 @@ import asyncio
 import functools
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
@@ -22,6 +23,7 @@ from activities.models import (
 )
 from activities.store import ConversationStore, StoreCorrupt, StoreError
 from activities.structured import OutputSchemaError, check_output_schema, violations
+from activities.text_streams import StreamAdvert, TextStream, TextStreams
 from activities.tools import ToolModuleError, specs_for_modules
 from workflows.activity_contracts import ModelRequest, ModelResponse
 from workflows.activity_options import (
@@ -38,9 +40,13 @@ if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
 
 HEARTBEAT_EVERY_S = 1.0
-# Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`):
-# they live in the activity's pending state on the server, never in workflow history.
+# Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`)
+# that cannot reach the worker's stream endpoint, and the endpoint's address and token: they
+# live in the activity's pending state on the server, never in workflow history.
 STREAM_TAIL_CHARS = 4000
+# Once a call has streamed text for this long, it heartbeats at once (not at the next regular
+# beat) so that readers learn the stream's address; a call that ends sooner sends nothing.
+ADVERTISE_AFTER_S = 0.1
 # Once a stream has started, this long without any output means it is stuck: the attempt
 # fails (retryably) instead of waiting for the start-to-close timeout.
 STREAM_STALL_S = 90.0
@@ -49,27 +55,64 @@ TOOL_SPECS = TypeAdapter(list[ToolSpec])
 
 
 class _Progress:
-    """What a provider's stream has delivered so far; written from its thread or the loop."""
+    """What a provider's stream has delivered so far; written from its thread or the loop.
 
-    def __init__(self) -> None:
+    With a ``TextStreams``, the first text delta opens a stream that keeps the whole text for
+    the worker's stream endpoint, and ``on_stream`` is called (to heartbeat its advert soon).
+    """
+
+    def __init__(
+        self,
+        streams: TextStreams | None = None,
+        on_stream: Callable[[], None] | None = None,
+        where: dict[str, int] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self.text_chars = 0
         self.events = 0
         self.last_at: float | None = None
         self._tail = ""
+        self._streams = streams
+        self.on_stream = on_stream
+        self._where = where or {}
+        self.stream: TextStream | None = None
+        self._advert: StreamAdvert | None = None
 
     def __call__(self, delta: str) -> None:
+        opened = False
         with self._lock:
             self.text_chars += len(delta)
             self.events += 1
             self.last_at = time.monotonic()
             if delta:
                 self._tail = (self._tail + delta)[-STREAM_TAIL_CHARS:]
+                if self.stream is None and self._streams is not None:
+                    self.stream, self._advert = self._streams.open()
+                    opened = True
+                if self.stream is not None:
+                    self.stream.append(delta)
+        if opened and self.on_stream is not None:
+            self.on_stream()
 
     def details(self) -> dict[str, object]:
-        """Heartbeat details: how much arrived, and the tail of the text."""
+        """Heartbeat details: how much arrived, the tail of the text, where to stream it."""
         with self._lock:
-            return {"text_chars": self.text_chars, "events": self.events, "text": self._tail}
+            details: dict[str, object] = {
+                "text_chars": self.text_chars,
+                "events": self.events,
+                "text": self._tail,
+                **self._where,
+            }
+            if self._advert is not None:
+                details["stream"] = self._advert.details()
+            return details
+
+    def close(self, status: str) -> None:
+        """End the stream, if one opened (``completed`` or ``failed``)."""
+        with self._lock:
+            stream = self.stream
+        if stream is not None:
+            stream.close(status)
 
     def stalled_for(self) -> float:
         """Seconds since the last output, 0 before the stream started."""
@@ -80,10 +123,23 @@ class _Progress:
 class ModelActivities:
     """The model activity, bound to the worker's conversation store."""
 
-    def __init__(self, store: ConversationStore, mcp: McpServers | None = None) -> None:
-        """Use a store for conversation prefixes, and describe the MCP servers' tools too."""
+    def __init__(
+        self,
+        store: ConversationStore,
+        mcp: McpServers | None = None,
+        streams: TextStreams | None = None,
+    ) -> None:
+        """Use a store for conversation prefixes, and describe the MCP servers' tools too.
+
+        Args:
+            store: the conversation store.
+            mcp: the MCP servers whose tools are described to the model.
+            streams: the worker's stream endpoint, which serves streamed text to watchers;
+                None: watchers get only the tail of the text, from heartbeat details.
+        """
         self.store = store
         self.mcp = mcp
+        self.streams = streams
         # Tool specs by digest, validated once: a session sends the same digest every call.
         self._specs = functools.lru_cache(maxsize=256)(self._load_specs)
 
@@ -181,9 +237,11 @@ class ModelActivities:
                 worker); retryable for a stalled stream.
                 Other provider exceptions propagate and are retried by Temporal.
         """
-        progress = _Progress()
+        progress = _Progress(self.streams, where={"turn": request.turn, "cycle": request.cycle})
+        status = "failed"
         try:
             response, extra = await self._answer(request, progress)
+            status = "completed"
         except StoreError as err:
             raise ApplicationError(str(err), type=STORE_ERROR, non_retryable=True) from err
         except ToolModuleError as err:
@@ -192,6 +250,8 @@ class ModelActivities:
             raise ApplicationError(
                 str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
             ) from err
+        finally:
+            progress.close(status)  # readers get the end of the stream: no more text
         if response.message.role != "assistant":
             raise ApplicationError(
                 f"model {request.model!r} answered with role {response.message.role!r}",
@@ -247,7 +307,7 @@ class ModelActivities:
             extra["output_errors"] = _output_errors(request.output_tool, view, response)
             return response, extra
 
-        work = asyncio.ensure_future(answer())
+        work = asyncio.ensure_future(answer())  # starts at the next await: after on_stream is set
         stalled = False
 
         def beat() -> bool:
@@ -261,6 +321,7 @@ class ModelActivities:
             return True
 
         heartbeats = LoopHeartbeats(HEARTBEAT_EVERY_S, beat)
+        progress.on_stream = functools.partial(heartbeats.soon_threadsafe, ADVERTISE_AFTER_S)
         try:
             return await work
         except asyncio.CancelledError:

@@ -3,11 +3,13 @@
 Real boto3 talks to it through ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``. A test queues outcomes;
 each request (Converse or ConverseStream, any model) takes the next one:
 
-- ``Reply(content, stop_reason, usage)``: a normal answer. Converse gets the JSON output
-  shape; ConverseStream gets ``messageStart``, then per block ``contentBlockStart`` (toolUse
-  only, as Bedrock does) / ``contentBlockDelta`` (text split into up to 3 deltas, toolUse input
-  JSON into 2+ chunks) / ``contentBlockStop``, then ``messageStop`` and ``metadata``. A toolUse
-  ``input`` given as a string is streamed as that raw JSON text (it may be incomplete).
+- ``Reply(content, stop_reason, usage, text_deltas=3, pace_s=0)``: a normal answer. Converse
+  gets the JSON output shape; ConverseStream gets ``messageStart``, then per block
+  ``contentBlockStart`` (toolUse only, as Bedrock does) / ``contentBlockDelta`` (text split
+  into up to ``text_deltas`` deltas, toolUse input JSON into 2+ chunks) /
+  ``contentBlockStop``, then ``messageStop`` and ``metadata``. A toolUse ``input`` given as a
+  string is streamed as that raw JSON text (it may be incomplete). ``pace_s`` waits that
+  long before each delta: a stream at a fixed rate.
 - ``HttpError(status, error_type, message)``: an error response with ``x-amzn-ErrorType``.
 - ``StreamCut(reply, after_events, clean=False)``: stream the first ``after_events`` events
   of the reply, then drop the connection mid-body (``clean=True``: end the HTTP body
@@ -17,7 +19,7 @@ each request (Converse or ConverseStream, any model) takes the next one:
 
 With the queue empty the server answers a ValidationException naming the problem. Every
 request is recorded in ``requests`` (``RecordedRequest``: path, model id, operation, headers,
-parsed JSON body).
+parsed JSON body), and every text delta streamed in ``sent`` with the time it was sent.
 
 ``fake_bedrock_env(monkeypatch, tmp_path)`` starts a server, points boto3 at it with fake
 credentials, isolates the test from the host's AWS configuration, and clears the provider's
@@ -31,6 +33,7 @@ import re
 import socket
 import struct
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -51,11 +54,18 @@ _PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream)$"
 
 @dataclass
 class Reply:
-    """A normal answer: Converse content blocks, stop reason, usage."""
+    """A normal answer: Converse content blocks, stop reason, usage.
+
+    ``text_deltas`` splits each text block into that many deltas; ``pace_s`` waits that long
+    before each delta, so that a stream runs at a fixed rate (``text_deltas / pace_s`` per
+    second).
+    """
 
     content: list[dict[str, Any]]
     stop_reason: str = "end_turn"
     usage: dict[str, int] | None = None
+    text_deltas: int = 3
+    pace_s: float = 0.0
 
     def usage_or_default(self) -> dict[str, int]:
         return dict(self.usage) if self.usage is not None else dict(DEFAULT_USAGE)
@@ -157,7 +167,7 @@ def stream_events(reply: Reply) -> list[tuple[str, dict[str, Any]]]:
     events: list[tuple[str, dict[str, Any]]] = [("messageStart", {"role": "assistant"})]
     for index, block in enumerate(reply.content):
         if "text" in block:
-            for piece in _split(block["text"], 3):
+            for piece in _split(block["text"], reply.text_deltas):
                 events.append(
                     ("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}})
                 )
@@ -195,6 +205,8 @@ class FakeBedrock:
         self._outcomes: deque[Outcome] = deque()
         self._lock = threading.Lock()
         self.requests: list[RecordedRequest] = []
+        # Each text delta streamed: (time.time() just before it is written, its text).
+        self.sent: list[tuple[float, str]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -283,7 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._converse(outcome)
         elif isinstance(outcome, Reply):
-            self._stream(stream_events(outcome))
+            self._stream(stream_events(outcome), pace_s=outcome.pace_s)
         elif isinstance(outcome, StreamError):
             events = stream_events(outcome.reply)[: outcome.after_events]
             self._stream(events, tail=encode_exception(outcome.exception_type, outcome.message))
@@ -320,7 +332,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _stream(
-        self, events: list[tuple[str, dict[str, Any]]], tail: bytes = b"", cut: bool = False
+        self,
+        events: list[tuple[str, dict[str, Any]]],
+        tail: bytes = b"",
+        cut: bool = False,
+        pace_s: float = 0.0,
     ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/vnd.amazon.eventstream")
@@ -328,6 +344,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-amzn-RequestId", "fake-request-id")
         self.end_headers()
         for event_type, payload in events:
+            delta = payload.get("delta") if event_type == "contentBlockDelta" else None
+            if delta is not None and pace_s:
+                time.sleep(pace_s)
+            if delta is not None and "text" in delta:
+                self.server_fake.sent.append((time.time(), delta["text"]))
             self._chunk(encode_event(event_type, payload))
         if tail:
             self._chunk(tail)

@@ -1,4 +1,4 @@
-"""Streamed model text for watchers: heartbeat details read by ``KeelClient`` and ``keel watch``.
+"""Streamed model text, heartbeat fallback: read by ``KeelClient`` and ``keel watch``.
 
 A stand-in model activity (registered under the model activity's name) heartbeats text that
 the test controls, so what a watcher sees is deterministic.
@@ -22,7 +22,8 @@ from temporalio.worker import Worker
 
 from tests.helpers.cli import ROOT, keel_env
 from worker.cli.follow import StreamedText, event_line, progress_line
-from worker.client.keel_client import KeelClient, ModelStream
+from worker.client.keel_client import KeelClient
+from worker.client.streams import TextChunk
 from worker.process.sandbox import sandbox_runner
 from workflows.activity_contracts import ModelRequest, ModelResponse
 from workflows.activity_options import MODEL_ACTIVITY
@@ -140,14 +141,16 @@ async def test_streamed_text_reaches_the_client_and_keel_watch(
 def test_streamed_text_prints_each_character_once() -> None:
     out = io.StringIO()
     text = StreamedText(out)
-    text.update(ModelStream("1", 1, 0, ""))
-    text.update(ModelStream("1", 1, 5, "Hello"))
-    text.update(ModelStream("1", 1, 5, "Hello"))
-    text.update(ModelStream("1", 1, 12, "Hello, world"))
-    text.update(None)
-    text.update(ModelStream("1", 2, 3, "Hi!"))  # a retry starts over, on its own line
-    text.update(ModelStream("7", 1, 10, "0123456789"))
-    text.update(ModelStream("7", 1, 9000, "tail"))  # more than the tail holds: a gap
+
+    def chunk(call: str, attempt: int, offset: int, part: str, gap: int = 0) -> TextChunk:
+        return TextChunk(call, attempt, 1, 1, offset, part, gap=gap, end=not part)
+
+    text.write(chunk("1", 1, 0, "Hello"))
+    text.write(chunk("1", 1, 5, ", world"))
+    text.write(chunk("1", 1, 12, ""))  # the end of the call
+    text.write(chunk("1", 2, 0, "Hi!"))  # a retry starts over, on its own line
+    text.write(chunk("7", 1, 0, "0123456789"))
+    text.write(chunk("7", 1, 8996, "tail", gap=8986))  # the fallback missed some: a gap
     text.end_line()
     text.end_line()
     assert out.getvalue() == "Hello, world\nHi!\n0123456789…tail\n"

@@ -1,23 +1,29 @@
 """Following a session live: its event log and its streamed model text, printed as they come.
 
 ``keel watch`` prints every event; ``keel run`` (and approve, deny, cancel) print progress
-lines for their own turn. Both poll the ``state`` query and, for the text a model streams,
-the model activity's heartbeat details; nothing here writes to workflow history.
+lines for their own turn. Both poll the ``state`` query for events, and read the text a model
+streams from the worker's stream endpoint (``SessionReader.model_text``, falling back to the
+model activity's heartbeat details); nothing here writes to workflow history.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
-from worker.client.keel_client import SETTLED, KeelClient, ModelStream, SessionNotFound
+from worker.client.keel_client import SETTLED, KeelClient, SessionNotFound
+from worker.client.streams import TextChunk
 from workflows.contracts import Event, SessionState, TurnRecord
 
-# How often a follower asks for streamed text at most; heartbeats come about once a second.
-STREAM_EVERY_S = 0.5
+# How long an event that ends a model call waits for the last of that call's text.
+TEXT_END_WAIT_S = 1.0
+
+logger = logging.getLogger(__name__)
 
 
 def _clock(at: str) -> str:
@@ -110,11 +116,11 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
 
 
 class StreamedText:
-    """Prints what a model call streams, each character once, from heartbeat snapshots.
+    """Prints the text model calls stream (``TextChunk``s), each character once, in order.
 
-    A snapshot carries the count of characters streamed so far and the tail of the text;
-    only the part beyond what was printed is written. A new model call (or a retry) starts
-    over. When the part not yet printed is longer than the tail, a gap is marked with ``…``.
+    A new model call (or a retry) starts on its own line. Text that the heartbeat fallback
+    could not deliver (``gap``) is marked with ``…``; from a worker's stream endpoint, none is
+    missing.
     """
 
     def __init__(self, out: TextIO, *, dim: bool = False) -> None:
@@ -122,22 +128,17 @@ class StreamedText:
         self.out = out
         self.dim = dim
         self._call: tuple[str, int] | None = None
-        self._shown = 0
         self._open = False  # the last thing written was streamed text without a newline
 
-    def update(self, stream: ModelStream | None) -> None:
-        """Print the new part of a model call's streamed text."""
-        if stream is None:
-            return
-        call = (stream.activity_id, stream.attempt)
+    def write(self, chunk: TextChunk) -> None:
+        """Print a chunk's text, after ending the line of another call's text."""
+        call = (chunk.activity_id, chunk.attempt)
         if call != self._call:
             self.end_line()
-            self._call, self._shown = call, 0
-        new = stream.text_chars - self._shown
-        if new <= 0 or not stream.text:
+            self._call = call
+        if not chunk.text:
             return
-        part = stream.text[-new:] if new <= len(stream.text) else "…" + stream.text
-        self._shown = stream.text_chars
+        part = ("…" if chunk.gap else "") + chunk.text
         self.out.write(f"\x1b[2m{part}\x1b[0m" if self.dim else part)
         self.out.flush()
         self._open = not part.endswith("\n")
@@ -192,7 +193,10 @@ class Follower:
         self.text: StreamedText | None = None
         if out is not None and stream_text and style != "json":
             self.text = StreamedText(out, dim=out.isatty())
-        self._asked_stream_at = 0.0
+        # The (turn, cycle) of the model call whose text is being printed, until its end.
+        self._streaming: tuple[int | None, int | None] | None = None
+        self._stream_ended = asyncio.Event()
+        self._polled = asyncio.Event()  # set, and replaced, after each poll's events
 
     async def turn_settled(self, turn_id: int) -> TurnRecord:
         """Follow until the turn has ended or waits for a human; returns its record."""
@@ -213,15 +217,27 @@ class Follower:
     async def follow(
         self, stop: Callable[[SessionState], bool] | None = None
     ) -> SessionState | None:
-        """Print events until ``stop(state)`` is true or the session stops; the last state."""
+        """Print events until ``stop(state)`` is true or the session stops; the last state.
+
+        The text model calls stream is printed as it arrives, by a task of its own.
+        """
         last: SessionState | None = None
-        async for state in self.keel.snapshots(self.session, self.since, poll_s=self.poll_s):
-            last = state
-            self.since = max(self.since, state.event_count)
-            self.print_events(state)
-            if stop is not None and stop(state):
-                break
-            await self._stream(state)
+        text = None if self.text is None else asyncio.create_task(self._print_text(self.text))
+        try:
+            async for state in self.keel.snapshots(self.session, self.since, poll_s=self.poll_s):
+                last = state
+                self.since = max(self.since, state.event_count)
+                await self._text_before(state.events)
+                self.print_events(state)
+                self._polled.set()
+                self._polled = asyncio.Event()
+                if stop is not None and stop(state):
+                    break
+        finally:
+            if text is not None:
+                await self._call_text_ended()
+                text.cancel()
+                await asyncio.gather(text, return_exceptions=True)
         if self.text is not None:
             self.text.end_line()
         return last
@@ -246,20 +262,49 @@ class Follower:
                 self.text.end_line()
             print(line, file=self.out, flush=True)
 
-    async def _stream(self, state: SessionState) -> None:
-        if self.text is None or state.status != "running":
-            return
-        if self.turn is not None:
-            record = next((t for t in state.turns if t.turn_id == self.turn), None)
-            if record is None or record.status != "running":
-                return
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._asked_stream_at < STREAM_EVERY_S:
-            return
-        self._asked_stream_at = loop.time()
+    async def _print_text(self, printer: StreamedText) -> None:
+        """Print the text of the session's model calls (of this follower's turn) as it comes."""
+        call: tuple[str, int] | None = None
         try:
-            self.text.update(await self.keel.model_stream(self.session))
+            async for chunk in self.keel.model_text(self.session, poll_s=self.poll_s):
+                if self.turn is not None and chunk.turn not in (None, self.turn):
+                    continue
+                if (chunk.activity_id, chunk.attempt) != call:
+                    call = (chunk.activity_id, chunk.attempt)
+                    await self._events_before()
+                if chunk.end:
+                    self._streaming = None
+                    self._stream_ended.set()
+                elif chunk.text:
+                    self._streaming = (chunk.turn, chunk.cycle)
+                    self._stream_ended.clear()
+                printer.write(chunk)
         except SessionNotFound:
-            raise
-        except Exception:  # streamed text is a nicety; a failed describe is not an error
+            return  # the event loop says so
+        except Exception as err:  # streamed text is a nicety; a failed read is not an error
+            logger.info("stopped following the text of session %s: %s", self.session, err)
+
+    async def _events_before(self) -> None:
+        """Let the events from before a model call started be printed before its text.
+
+        Waits (briefly) for two more polls of the event log: the second was sent after the
+        call had started.
+        """
+        for _ in range(2):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._polled.wait(), TEXT_END_WAIT_S)
+
+    async def _text_before(self, events: list[Event]) -> None:
+        """Let the text of a model call end before the event that says the call ended."""
+        if self._streaming is None:
             return
+        if any(
+            e.type == "model_called" and (e.turn, e.cycle) == self._streaming for e in events
+        ):
+            await self._call_text_ended()
+
+    async def _call_text_ended(self) -> None:
+        """Wait (briefly) until the text of the call being printed has ended."""
+        if self._streaming is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stream_ended.wait(), TEXT_END_WAIT_S)

@@ -1,8 +1,9 @@
 """The Python API for clients: ``KeelClient`` and the errors it raises.
 
 Modules: ``keel_client`` (``KeelClient``: what changes a session), ``reading`` (what reads one
-without writing history: state, events, the model's stream, listings), ``calls`` (how a call
-to a session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable),
+without writing history: state, events, the model's stream, listings), ``streams`` (every
+character a model streams, from the worker's stream endpoint), ``calls`` (how a call to a
+session fails: Temporal's errors as Keel's), ``paths`` (a user's paths, made sendable),
 ``agent_files`` (agent files), ``schedules`` (``KeelSchedules``: jobs on a Temporal Schedule).
 """
 
@@ -17,6 +18,7 @@ from worker.client.calls import (
 from worker.client.keel_client import KeelClient
 from worker.client.reading import ModelStream, SessionSummary
 from worker.client.schedules import KeelSchedules, ScheduleNotFound, ScheduleSummary
+from worker.client.streams import TextChunk
 
 __all__ = [
     "AgentFile",
@@ -32,6 +34,7 @@ __all__ = [
     "SessionNotFound",
     "SessionSummary",
     "SubAgentFile",
+    "TextChunk",
     "WorkerWait",
     "load_agent_file",
 ]

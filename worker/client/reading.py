@@ -34,6 +34,7 @@ from worker.client.calls import (
     call_session,
 )
 from worker.client.schedules import SCHEDULED_BY
+from worker.client.streams import TextChunk, follow_model_text
 from workflows.activity_options import MODEL_ACTIVITY
 from workflows.contracts import (
     Event,
@@ -63,6 +64,9 @@ FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
 @dataclass(frozen=True)
 class ModelStream:
     """What a running model call has streamed so far, from its last heartbeat.
+
+    A snapshot (the tail of the text, about once a second): ``SessionReader.model_text``
+    gives every character instead.
 
     Attributes:
         activity_id: the model activity's id; a new id is a new model call.
@@ -116,6 +120,7 @@ __all__ = [
     "SessionNotFound",
     "SessionReader",
     "SessionSummary",
+    "TextChunk",
     "WorkerWait",
     "call_session",
 ]
@@ -349,6 +354,34 @@ class SessionReader(SessionCalls):
                 text=str(details.get("text") or ""),
             )
         return None
+
+    def model_text(self, session_id: str, *, poll_s: float = 0.2) -> AsyncIterator[TextChunk]:
+        """Follow the text the session's model calls stream: every character, in order.
+
+        Each running model call's text is read from the stream endpoint of the worker that
+        runs it (found in the call's heartbeat details; ``describe``, nothing written to
+        history), from offset 0, so a reader that starts mid-call still gets the whole text.
+        When that endpoint cannot be reached, the chunks come from heartbeat snapshots
+        instead (``source == "heartbeat"``; ``gap`` counts characters missed). See
+        docs/streaming.md.
+
+        Example:
+            >>> async for chunk in keel.model_text("s1"):
+            ...     print(chunk.text, end="", flush=True)
+
+        Args:
+            session_id: the session.
+            poll_s: seconds between ``describe`` calls while no model call streams.
+
+        Returns:
+            An async iterator of ``TextChunk``, in order; a new ``(activity_id, attempt)`` is a
+            new call (or a retry, which starts over at offset 0); a chunk with ``end`` closes
+            one. It ends when the session's workflow stops running; break out of it to stop.
+        """
+        handle = self.client.get_workflow_handle(session_id)
+        return follow_model_text(
+            self.client, lambda: self._call(session_id, handle.describe()), poll_s=poll_s
+        )
 
     async def streamed_text(self, session_id: str) -> tuple[int, str] | None:
         """``(text_chars, text tail)`` of the running model call; None when none runs.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from activities.tools import load_tool_modules
 from worker.payloads import data_converter
 from worker.process.interceptors import KeelInterceptor
 from worker.process.sandbox import sandbox_runner
+from worker.process.stream_server import StreamConfig, stream_endpoint
 from worker.settings import Settings
 from workflows.session import AgentSession
 
@@ -77,6 +79,7 @@ def build_worker(
     store: ConversationStore | None = None,
     tracer_provider: TracerProvider | None = None,
     mcp_servers: Sequence[McpServerConfig] | McpServers = (),
+    stream_config: StreamConfig | None = None,
     **options: Any,
 ) -> Worker:
     """A worker running ``AgentSession`` and Keel's activities.
@@ -97,15 +100,20 @@ def build_worker(
             one does not start. Or ``McpServers`` already running (``async with
             McpServers(configs).running()``), whose lifetime stays the caller's: a start
             error then comes before the worker exists, which is what the CLI does.
+        stream_config: where the process's stream endpoint listens and what it advertises
+            (model text for watchers, docs/streaming.md); default from
+            ``KEEL_STREAM_LISTEN`` / ``KEEL_STREAM_ADVERTISE``.
         **options: passed to ``temporalio.worker.Worker`` (e.g. ``max_cached_workflows``;
             ``workflow_runner`` replaces Keel's sandbox).
 
     Raises:
         ToolModuleError: a tool module cannot be imported.
-        ConfigError: an encryption key in the environment is malformed.
+        ConfigError: an encryption key in the environment is malformed, or the stream
+            endpoint's address is malformed or cannot be listened on.
         McpConfigError: two MCP servers have the same name.
     """
     load_tool_modules(list(tool_modules))
+    streams = stream_endpoint(stream_config or StreamConfig.from_env(os.environ))
     if store is None:
         settings = Settings.from_env()
         store = open_store(settings.store, settings.keyring())
@@ -131,7 +139,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=[AgentSession],
         activities=[
-            ModelActivities(store, mcp).converse,
+            ModelActivities(store, mcp, streams).converse,
             ToolActivities(store, mcp).run,
             post_notification,
         ],

@@ -8,6 +8,7 @@ your own workflows, which call ``workflows.run_agent``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
 from worker.payloads import data_converter
 from worker.process.sandbox import sandbox_runner
+from worker.process.stream_server import StreamConfig, stream_endpoint
 from worker.settings import Settings
 from workflows.session import AgentSession
 
@@ -54,7 +56,8 @@ class KeelPlugin(SimplePlugin):
 
         Raises:
             ToolModuleError: a tool module cannot be imported.
-            ConfigError: ``KEEL_ENCRYPTION_KEY`` or ``KEEL_DECRYPTION_KEYS`` is not a key.
+            ConfigError: ``KEEL_ENCRYPTION_KEY`` or ``KEEL_DECRYPTION_KEYS`` is not a key, or
+                ``KEEL_STREAM_LISTEN`` cannot be listened on.
         """
         load_tool_modules(list(tool_modules))
         settings = Settings.from_env()
@@ -66,7 +69,9 @@ class KeelPlugin(SimplePlugin):
             from activities.mcp.servers import McpServers  # the MCP SDK only when needed
 
             self._mcp = McpServers(list(mcp_servers))
-        model, tools = ModelActivities(store, self._mcp), ToolActivities(store, self._mcp)
+        streams = stream_endpoint(StreamConfig.from_env(os.environ))  # text for watchers
+        model = ModelActivities(store, self._mcp, streams)
+        tools = ToolActivities(store, self._mcp)
         super().__init__(
             "keel",
             data_converter=lambda _: converter,

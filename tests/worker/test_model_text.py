@@ -1,0 +1,188 @@
+"""Streamed model text, every character in order: the worker's stream endpoint and its fallback.
+
+Real boto3 streams from the fake Bedrock at a fixed rate, through a real worker and dev server,
+to ``KeelClient.model_text``, ``keel watch`` and ``keel run --progress``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.text_streams import TextStreams
+from tests.fakes.bedrock_server import FakeBedrock, Reply, fake_bedrock_env
+from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.fixture_types import RunWorker
+from tests.helpers.scripts import text
+from worker.client.keel_client import KeelClient
+from worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
+from worker.process.stream_server import StreamConfig, StreamServer
+from workflows.contracts import SessionConfig
+
+MODEL = "bedrock:anthropic.claude-test"
+CONFIG = SessionConfig(model=MODEL)
+WORDS = 60
+ANSWER = "".join(f"w{i:03d} " for i in range(WORDS))  # 5 characters a word
+
+
+@pytest.fixture
+def bedrock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeBedrock]:
+    with fake_bedrock_env(monkeypatch, tmp_path) as server:
+        yield server
+
+
+def paced(pace_s: float) -> Reply:
+    return Reply([text(ANSWER)], text_deltas=WORDS, pace_s=pace_s)
+
+
+def sid() -> str:
+    return f"mt-{uuid.uuid4().hex[:10]}"
+
+
+async def one_call(keel: KeelClient, session: str) -> list[TextChunk]:
+    """The chunks of the session's first model call, up to its end."""
+    chunks: list[TextChunk] = []
+
+    async def collect() -> None:
+        async for chunk in keel.model_text(session, poll_s=0.05):
+            chunks.append(chunk)
+            if chunk.end:
+                return
+
+    await asyncio.wait_for(collect(), 30)
+    return chunks
+
+
+async def history_bytes(client: Client, session: str) -> tuple[list[str], bytes]:
+    history = await client.get_workflow_handle(session).fetch_history()
+    types = [e.WhichOneof("attributes") or "" for e in history.events]
+    return types, b"".join(e.SerializeToString() for e in history.events)
+
+
+async def test_every_character_in_order_and_nothing_in_history(
+    client: Client, keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
+) -> None:
+    bedrock.script(paced(0.03), paced(0.0))
+    streamed, quick = sid(), sid()
+    async with run_worker():
+        await keel.prompt(streamed, "go", config=CONFIG)
+        chunks = await one_call(keel, streamed)
+        assert (await keel.wait_turn(streamed, 1, timeout_s=30)).status == "completed"
+        # the same answer in one go: the model call ends before it would heartbeat
+        assert (await keel.run(quick, "go", config=CONFIG, timeout_s=30)).status == "completed"
+
+    assert "".join(c.text for c in chunks) == ANSWER
+    assert all(c.source == ENDPOINT and c.gap == 0 for c in chunks), chunks
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets) and chunks[-1].end and chunks[-1].offset == len(ANSWER)
+    assert {(c.turn, c.cycle) for c in chunks} == {(1, 1)}
+    # Nothing of the stream entered history: the same events as the call that streamed to
+    # nobody, the same size give or take timestamps, no advert or heartbeat details.
+    types, raw = await history_bytes(client, streamed)
+    quick_types, quick_raw = await history_bytes(client, quick)
+    assert types == quick_types
+    assert abs(len(raw) - len(quick_raw)) <= 64, (len(raw), len(quick_raw))
+    for marker in (b"/streams/", b"text_chars"):
+        assert marker not in raw
+
+
+async def test_keel_watch_and_run_progress_print_every_character(
+    client: Client, keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock, task_queue: str
+) -> None:
+    bedrock.script(paced(0.1))  # 6 s: time enough for `keel watch` to start under load
+    session = sid()
+    env = keel_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host, KEEL_TASK_QUEUE=task_queue
+    )
+    command = [sys.executable, "-m", "worker.cli"]
+    async with run_worker():
+        run = await asyncio.create_subprocess_exec(
+            *command, "run", "--session", session, "--model", MODEL, "--progress", "go",
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for _ in range(200):  # the turn runs: watch joins mid-stream
+            if bedrock.sent:
+                break
+            await asyncio.sleep(0.05)
+        watch = await asyncio.create_subprocess_exec(
+            *command, "watch", session, "--until-idle",
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        run_out, run_err = await asyncio.wait_for(run.communicate(), 60)
+        watch_out, watch_err = await asyncio.wait_for(watch.communicate(), 60)
+
+    assert run.returncode == 0, run_err.decode()
+    assert watch.returncode == 0, watch_err.decode()
+    assert ANSWER.strip() in run_out.decode()  # the answer, on stdout
+    progress = run_err.decode()
+    assert ANSWER in progress and "…" not in progress, progress
+    # the text ends its own line, before the event that says the call ended
+    assert progress.index(ANSWER) < progress.index("model call 1 -> end_turn")
+    watched = watch_out.decode()
+    assert ANSWER in watched and "…" not in watched, watched
+    assert watched.index(ANSWER) < watched.index("model_called")
+
+
+async def test_unreachable_endpoint_falls_back_to_heartbeat_snapshots(
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
+) -> None:
+    bedrock.script(paced(0.05))  # 3 s: two or three heartbeats
+    session = sid()
+    # The worker advertises an address nobody listens on (a reader on another network).
+    unreachable = StreamConfig(listen="127.0.0.1:0", advertise="127.0.0.1:9")
+    async with run_worker(stream_config=unreachable):
+        await keel.prompt(session, "go", config=CONFIG)
+        chunks = await one_call(keel, session)
+
+    body = [c for c in chunks if c.text]
+    assert body and all(c.source == HEARTBEAT for c in chunks), chunks
+    for chunk in body:  # what arrives is the model's text, at its place, in order
+        assert ANSWER[chunk.offset : chunk.offset + len(chunk.text)] == chunk.text
+        assert chunk.gap >= 0
+    assert [c.offset for c in body] == sorted(c.offset for c in body)
+    assert chunks[-1].end
+
+
+def test_endpoint_serves_a_stream_only_with_its_token() -> None:
+    server = StreamServer(StreamConfig(listen="127.0.0.1:0")).start()
+    try:
+        streams: TextStreams = server.streams
+        stream, advert = streams.open()
+        other, _ = streams.open()
+        stream.append("secret text")
+        stream.close("completed")
+
+        def get(url: str, token: str | None, offset: int = 0) -> tuple[int, str]:
+            request = urllib.request.Request(f"{url}?offset={offset}")
+            if token is not None:
+                request.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    return answer.status, answer.read().decode()
+            except urllib.error.HTTPError as err:
+                return err.code, err.read().decode()
+
+        for token in (None, "", "wrong", other.token, advert.token[:-1]):
+            status, body = get(advert.url, token)
+            assert status == 404 and "secret" not in body, (token, status, body)
+        base = advert.url.rsplit("/", 1)[0]
+        assert get(f"{base}/nope", advert.token)[0] == 404
+        assert get(f"{base}/../streams/{stream.id}", None)[0] == 404
+        status, body = get(advert.url, advert.token, offset=7)
+        assert status == 200
+        assert body == (
+            'data: {"offset": 7, "text": "text"}\n\n'
+            'event: end\ndata: {"chars": 11, "status": "completed"}\n\n'
+        )
+        assert get(advert.url, advert.token, offset=-1)[0] == 400
+    finally:
+        server.stop()
