@@ -78,10 +78,15 @@ class _Call:
 
     activity_id: str
     attempt: int
-    turn: int | None
-    cycle: int | None
+    turn: int | None = None
+    cycle: int | None = None
     shown: int = 0
     unreachable: bool = False
+    ended: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.activity_id, self.attempt
 
     def chunk(self, offset: int, text: str, **extra: Any) -> TextChunk:
         where = (self.activity_id, self.attempt, self.turn, self.cycle)
@@ -158,41 +163,35 @@ async def follow_model_text(
             logger.info("cannot describe the session (retrying): %s", err)
             await asyncio.sleep(max(poll_s, SNAPSHOT_EVERY_S))
             continue
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            if current is not None and current.unreachable:
-                yield current.chunk(current.shown, "", end=True, source=HEARTBEAT)
-            return
+        running = description.status == WorkflowExecutionStatus.RUNNING
         pending = next(
             (
                 p
                 for p in description.raw_description.pending_activities
-                if p.activity_type.name == MODEL_ACTIVITY
+                if p.activity_type.name == MODEL_ACTIVITY and running
             ),
             None,
         )
         key = None if pending is None else (pending.activity_id, pending.attempt)
-        if current is not None and current.unreachable and key != (
-            current.activity_id,
-            current.attempt,
-        ):
+        if current is not None and current.key != key and current.shown and not current.ended:
+            # a call followed by snapshots is over once it no longer runs
+            current.ended = True
             yield current.chunk(current.shown, "", end=True, source=HEARTBEAT)
+        if not running:
+            return
         if pending is None or key is None:
             current = None
             await asyncio.sleep(poll_s)
             continue
         details = await _details(client, pending.heartbeat_details.payloads)
-        call = calls.get(key)
-        if call is None:
-            call = calls[key] = _Call(pending.activity_id, pending.attempt, None, None)
+        call = current = calls.setdefault(key, _Call(pending.activity_id, pending.attempt))
         if call.turn is None:  # known from the first heartbeat on
             call.turn = _int_or_none(details.get("turn"))
             call.cycle = _int_or_none(details.get("cycle"))
-        current = call
-        if call.shown < 0:  # its stream ended: wait for the next call
-            await asyncio.sleep(poll_s)
-            continue
         advert = details.get("stream")
-        if isinstance(advert, dict) and not call.unreachable:
+        if call.ended:  # its stream has ended: wait for the next call
+            await asyncio.sleep(poll_s)
+        elif isinstance(advert, dict) and not call.unreachable:
             try:
                 async for chunk in _from_endpoint(call, advert):
                     yield chunk
@@ -203,17 +202,16 @@ async def follow_model_text(
                     err or type(err).__name__,
                 )
                 call.unreachable = True
-            if call.shown < 0:
-                continue  # the next call may already run: no sleep
-            await asyncio.sleep(poll_s)
-            continue
-        if advert is None and not details:
+            if not call.ended:  # cut off, or unreachable: look again shortly
+                await asyncio.sleep(poll_s)
+            # else the next call may already run: no sleep
+        elif not details:
             await asyncio.sleep(poll_s)  # no heartbeat yet
-            continue
-        snapshot = _from_snapshot(call, details)
-        if snapshot is not None:
-            yield snapshot
-        await asyncio.sleep(max(poll_s, SNAPSHOT_EVERY_S))
+        else:
+            snapshot = _from_snapshot(call, details)
+            if snapshot is not None:
+                yield snapshot
+            await asyncio.sleep(max(poll_s, SNAPSHOT_EVERY_S))
 
 
 async def _from_endpoint(call: _Call, advert: dict[str, Any]) -> AsyncIterator[TextChunk]:
@@ -222,8 +220,8 @@ async def _from_endpoint(call: _Call, advert: dict[str, Any]) -> AsyncIterator[T
         str(advert.get("url")), str(advert.get("token")), call.shown
     ):
         if event == "end":
+            call.ended = True
             yield call.chunk(call.shown, "", end=True)
-            call.shown = -1
             return
         offset, text = int(data["offset"]), str(data["text"])
         if offset > call.shown:  # cannot happen with a sound endpoint: say so, do not hide it

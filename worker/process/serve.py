@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from activities.mcp import McpServerConfig
 from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
 from worker.process.health import HealthServer
+from worker.process.stream_server import StreamConfig, stream_endpoint
 from worker.process.telemetry import configure_logging, metrics_runtime
 from worker.server.connection import client_options, connect_configured
 from worker.settings import ConfigError, Settings, WorkerSettings
@@ -49,13 +51,14 @@ async def serve_worker(
 
     Raises:
         ConfigError: a setting turned out unusable (a port taken, tracing without the
-            ``otel`` extra).
+            ``otel`` extra, a stream endpoint address that cannot be listened on).
         UsageError: an invalid connection setting.
         TemporalUnreachable: Temporal does not answer.
         McpServerError: an MCP server did not start, or two sources define one tool.
     """
     configure_logging(config.log_format, config.log_level)
     client_options(settings)  # check TLS files and the like before opening any port
+    stream_endpoint(StreamConfig.from_env(os.environ))  # a bad KEEL_STREAM_LISTEN: exit 2 now
     runtime = metrics_runtime(config.metrics_port) if config.metrics_port else None
     state = _State()
     health = (
