@@ -3,6 +3,7 @@
 Public surface::
 
     from worker import KeelClient, connect          # talk to sessions
+    from worker import TextChunk                    # what KeelClient.model_text yields
     from worker import build_worker, Settings       # run a worker in your own process
     from worker import KeelPlugin                   # Keel inside your own Temporal app
     from worker import RequestRejected, SessionNotFound, SessionClosed, NoWorker
@@ -30,6 +31,7 @@ from worker.client import (
     ScheduleNotFound,
     SessionClosed,
     SessionNotFound,
+    TextChunk,
     WorkerWait,
     load_agent_file,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "SessionClosed",
     "SessionNotFound",
     "Settings",
+    "TextChunk",
     "WorkerWait",
     "build_worker",
     "connect",

@@ -8,8 +8,8 @@ each request (Converse or ConverseStream, any model) takes the next one:
   ``contentBlockStart`` (toolUse only, as Bedrock does) / ``contentBlockDelta`` (text split
   into up to ``text_deltas`` deltas, toolUse input JSON into 2+ chunks) /
   ``contentBlockStop``, then ``messageStop`` and ``metadata``. A toolUse ``input`` given as a
-  string is streamed as that raw JSON text (it may be incomplete). ``pace_s`` waits that
-  long before each delta: a stream at a fixed rate.
+  string is streamed as that raw JSON text (it may be incomplete). ``pace_s`` sends the
+  n-th delta ``n * pace_s`` after the first event: a stream at a fixed rate.
 - ``HttpError(status, error_type, message)``: an error response with ``x-amzn-ErrorType``.
 - ``StreamCut(reply, after_events, clean=False)``: stream the first ``after_events`` events
   of the reply, then drop the connection mid-body (``clean=True``: end the HTTP body
@@ -343,10 +343,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-amzn-RequestId", "fake-request-id")
         self.end_headers()
+        started, deltas = time.monotonic(), 0
         for event_type, payload in events:
             delta = payload.get("delta") if event_type == "contentBlockDelta" else None
-            if delta is not None and pace_s:
-                time.sleep(pace_s)
+            if delta is not None and pace_s:  # on a schedule: the rate holds on average
+                deltas += 1
+                time.sleep(max(0.0, started + deltas * pace_s - time.monotonic()))
             if delta is not None and "text" in delta:
                 self.server_fake.sent.append((time.time(), delta["text"]))
             self._chunk(encode_event(event_type, payload))

@@ -34,6 +34,8 @@ HEARTBEAT = "heartbeat"
 CONNECT_TIMEOUT_S = 2.0
 # The endpoint sends a keepalive every 15 s: this long without a byte means it is gone.
 READ_TIMEOUT_S = 40.0
+# An endpoint that could not be reached is not tried again for this long (by this reader).
+UNREACHABLE_FOR_S = 60.0
 # Between heartbeat snapshots (fallback): the activity heartbeats about once a second.
 SNAPSHOT_EVERY_S = 0.5
 _LINE_LIMIT = 1 << 20
@@ -156,6 +158,8 @@ async def follow_model_text(
     """
     calls: dict[tuple[str, int], _Call] = {}
     current: _Call | None = None
+    unreachable: dict[str, float] = {}  # endpoint (host:port) -> until when not to try it
+    loop = asyncio.get_running_loop()
     while True:
         try:
             description = await describe()
@@ -192,15 +196,23 @@ async def follow_model_text(
         if call.ended:  # its stream has ended: wait for the next call
             await asyncio.sleep(poll_s)
         elif isinstance(advert, dict) and not call.unreachable:
+            where = urlsplit(str(advert.get("url"))).netloc
+            call.unreachable = unreachable.get(where, 0.0) > loop.time()
             try:
-                async for chunk in _from_endpoint(call, advert):
-                    yield chunk
-            except (OSError, TimeoutError, _Refused, ValueError) as err:
+                if not call.unreachable:
+                    async for chunk in _from_endpoint(call, advert):
+                        yield chunk
+            except (OSError, TimeoutError, ValueError) as err:
                 logger.info(
-                    "cannot read model stream at %s (%s); falling back to heartbeats",
-                    advert.get("url"),
+                    "cannot reach the model stream endpoint %s (%s); falling back to heartbeat "
+                    "snapshots",
+                    where,
                     err or type(err).__name__,
                 )
+                call.unreachable = True
+                unreachable[where] = loop.time() + UNREACHABLE_FOR_S
+            except _Refused as err:  # reachable, but not this stream (expired, say)
+                logger.info("model stream at %s refused (%s); falling back", where, err)
                 call.unreachable = True
             if not call.ended:  # cut off, or unreachable: look again shortly
                 await asyncio.sleep(poll_s)
