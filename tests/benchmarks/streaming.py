@@ -315,8 +315,9 @@ async def run(
             )
             keels = {p.name: KeelClient(client, p.task_queue) for p in paths}
             readers = {p.name: KeelClient(reading, p.task_queue) for p in paths}
-            for path in paths:  # warm-up: the worker polls, boto3 is imported
-                await one_call(keels[path.name], readers[path.name], bedrock, server, 2, 100)
+            await asyncio.gather(  # warm-up: each worker polls, boto3 is imported
+                *(one_call(keels[p.name], readers[p.name], bedrock, server, 2, 100) for p in paths)
+            )
             out(
                 f"# {rounds} calls per path and rate, {seconds:g} s each, alternating; tokens of "
                 f"{TOKEN_CHARS} characters, one delta each; cpus={os.cpu_count()}"

@@ -13,10 +13,10 @@ from tests.benchmarks.streaming import PATHS, run
 
 async def test_streaming_benchmark_prints_every_figure_and_the_endpoint_misses_nothing() -> None:
     lines: list[str] = []
-    figures = await run([40.0], seconds=1.5, rounds=1, out=lines.append)
+    figures = await run([40.0], seconds=2.0, rounds=1, out=lines.append)
 
     printed = [line.split(" ")[0] for line in lines if not line.startswith("# ")]
-    names = ["completeness", "in_order", "latency_p50", "latency_p99"]
+    names = ["model_rate", "completeness", "in_order", "latency_p50", "latency_p99"]
     names += ["heartbeat_rpcs_per_call", "reader_describe_rpcs_per_call"]
     expected = [f"{n}[rate=40,path={p}]" for n in names for p in PATHS]
     expected += [f"{n}_ratio[rate=40]" for n in ("completeness", "latency_p50", "latency_p99")]
