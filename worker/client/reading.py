@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from temporalio.client import (
     Client,
@@ -34,8 +34,7 @@ from worker.client.calls import (
     call_session,
 )
 from worker.client.schedules import SCHEDULED_BY
-from worker.client.streams import TextChunk, follow_model_text
-from workflows.activity_options import MODEL_ACTIVITY
+from worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
 from workflows.contracts import (
     Event,
     PendingView,
@@ -59,26 +58,6 @@ POLL_MAX_S = 0.5
 LIVENESS_EVERY_S = 5.0
 # A query of a follower that takes longer is given up and retried on the next poll.
 FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-@dataclass(frozen=True)
-class ModelStream:
-    """What a running model call has streamed so far, from its last heartbeat.
-
-    A snapshot (the tail of the text, about once a second): ``SessionReader.model_text``
-    gives every character instead.
-
-    Attributes:
-        activity_id: the model activity's id; a new id is a new model call.
-        attempt: the activity attempt; a retry streams again from the start.
-        text_chars: characters of text streamed so far by this attempt.
-        text: the tail of that text (the model activity keeps the last 4000 characters).
-    """
-
-    activity_id: str
-    attempt: int
-    text_chars: int
-    text: str
 
 
 @dataclass(frozen=True)
@@ -337,23 +316,9 @@ class SessionReader(SessionCalls):
             SessionNotFound: no such session.
         """
         handle = self.client.get_workflow_handle(session_id)
-        description = await self._call(session_id, handle.describe())
-        for pending in description.raw_description.pending_activities:
-            if pending.activity_type.name != MODEL_ACTIVITY:
-                continue
-            details: dict[str, Any] = {}
-            payloads = pending.heartbeat_details.payloads
-            if payloads:
-                decoded = await self.client.data_converter.decode(payloads)
-                if decoded and isinstance(decoded[0], dict):
-                    details = decoded[0]
-            return ModelStream(
-                activity_id=pending.activity_id,
-                attempt=pending.attempt,
-                text_chars=int(details.get("text_chars") or 0),
-                text=str(details.get("text") or ""),
-            )
-        return None
+        return await heartbeat_snapshot(
+            self.client, await self._call(session_id, handle.describe())
+        )
 
     def model_text(self, session_id: str, *, poll_s: float = 0.2) -> AsyncIterator[TextChunk]:
         """Follow the text the session's model calls stream: every character, in order.

@@ -26,7 +26,14 @@ from workflows.activity_options import MODEL_ACTIVITY
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENDPOINT", "HEARTBEAT", "TextChunk", "follow_model_text"]
+__all__ = [
+    "ENDPOINT",
+    "HEARTBEAT",
+    "ModelStream",
+    "TextChunk",
+    "follow_model_text",
+    "heartbeat_snapshot",
+]
 
 ENDPOINT = "endpoint"
 HEARTBEAT = "heartbeat"
@@ -68,6 +75,42 @@ class TextChunk:
     gap: int = 0
     end: bool = False
     source: str = ENDPOINT
+
+
+@dataclass(frozen=True)
+class ModelStream:
+    """What a running model call has streamed so far, from its last heartbeat.
+
+    A snapshot (the tail of the text, about once a second): ``SessionReader.model_text``
+    gives every character instead.
+
+    Attributes:
+        activity_id: the model activity's id; a new id is a new model call.
+        attempt: the activity attempt; a retry streams again from the start.
+        text_chars: characters of text streamed so far by this attempt.
+        text: the tail of that text (the model activity keeps the last 4000 characters).
+    """
+
+    activity_id: str
+    attempt: int
+    text_chars: int
+    text: str
+
+
+async def heartbeat_snapshot(
+    client: Client, description: WorkflowExecutionDescription
+) -> ModelStream | None:
+    """The running model call's last heartbeat snapshot; None when no model call runs."""
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_type.name == MODEL_ACTIVITY:
+            details = await _details(client, pending.heartbeat_details.payloads)
+            return ModelStream(
+                activity_id=pending.activity_id,
+                attempt=pending.attempt,
+                text_chars=int(details.get("text_chars") or 0),
+                text=str(details.get("text") or ""),
+            )
+    return None
 
 
 class _Refused(Exception):
