@@ -57,8 +57,9 @@ TOOL_SPECS = TypeAdapter(list[ToolSpec])
 class _Progress:
     """What a provider's stream has delivered so far; written from its thread or the loop.
 
-    With a ``TextStreams``, the first text delta opens a stream that keeps the whole text for
-    the worker's stream endpoint, and ``on_stream`` is called (to heartbeat its advert soon).
+    It keeps the whole text. The first text delta calls ``on_stream`` (to heartbeat soon); the
+    first heartbeat after text arrived opens a stream on the worker's ``TextStreams`` with the
+    text so far, and its details advertise it. A call that ends before that opens nothing.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class _Progress:
         self.events = 0
         self.last_at: float | None = None
         self._tail = ""
+        self._parts: list[str] = []
         self._streams = streams
         self.on_stream = on_stream
         self._where = where or {}
@@ -79,24 +81,26 @@ class _Progress:
         self._advert: StreamAdvert | None = None
 
     def __call__(self, delta: str) -> None:
-        opened = False
+        first = False
         with self._lock:
             self.text_chars += len(delta)
             self.events += 1
             self.last_at = time.monotonic()
             if delta:
+                first = not self._parts
                 self._tail = (self._tail + delta)[-STREAM_TAIL_CHARS:]
-                if self.stream is None and self._streams is not None:
-                    self.stream, self._advert = self._streams.open()
-                    opened = True
+                self._parts.append(delta)
                 if self.stream is not None:
                     self.stream.append(delta)
-        if opened and self.on_stream is not None:
+        if first and self._streams is not None and self.on_stream is not None:
             self.on_stream()
 
     def details(self) -> dict[str, object]:
         """Heartbeat details: how much arrived, the tail of the text, where to stream it."""
         with self._lock:
+            if self.stream is None and self._streams is not None and self._parts:
+                self.stream, self._advert = self._streams.open()
+                self.stream.append("".join(self._parts))
             details: dict[str, object] = {
                 "text_chars": self.text_chars,
                 "events": self.events,

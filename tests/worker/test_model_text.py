@@ -7,6 +7,7 @@ to ``KeelClient.model_text``, ``keel watch`` and ``keel run --progress``.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import urllib.error
@@ -25,7 +26,7 @@ from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import text
 from worker.client.keel_client import KeelClient
 from worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
-from worker.process.stream_server import StreamConfig, StreamServer
+from worker.process.stream_server import StreamConfig, StreamServer, stream_endpoint
 from workflows.contracts import SessionConfig
 
 MODEL = "bedrock:anthropic.claude-test"
@@ -77,8 +78,13 @@ async def test_every_character_in_order_and_nothing_in_history(
         await keel.prompt(streamed, "go", config=CONFIG)
         chunks = await one_call(keel, streamed)
         assert (await keel.wait_turn(streamed, 1, timeout_s=30)).status == "completed"
-        # the same answer in one go: the model call ends before it would heartbeat
+        # the same answer in one go: the model call ends before it would heartbeat, and opens
+        # no stream on the worker's endpoint
+        streams = stream_endpoint(StreamConfig.from_env(os.environ))
+        assert streams is not None
+        held = len(streams)
         assert (await keel.run(quick, "go", config=CONFIG, timeout_s=30)).status == "completed"
+        assert len(streams) == held
 
     assert "".join(c.text for c in chunks) == ANSWER
     assert all(c.source == ENDPOINT and c.gap == 0 for c in chunks), chunks
