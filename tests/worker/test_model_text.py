@@ -19,13 +19,17 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from activities.store import open_store
 from activities.text_streams import TextStreams
 from tests.fakes.bedrock_server import FakeBedrock, Reply, fake_bedrock_env
 from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import text
 from worker.client.keel_client import KeelClient
 from worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
+from worker.payloads import data_converter
+from worker.process.assembly import build_worker
 from worker.process.stream_server import StreamConfig, StreamServer, stream_endpoint
 from workflows.contracts import SessionConfig
 
@@ -156,6 +160,47 @@ async def test_unreachable_endpoint_falls_back_to_heartbeat_snapshots(
         assert chunk.gap >= 0
     assert [c.offset for c in body] == sorted(c.offset for c in body)
     assert chunks[-1].end
+
+
+async def test_without_the_encryption_key_a_client_learns_neither_text_nor_stream(
+    client: Client, task_queue: str, tmp_path: Path, bedrock: FakeBedrock
+) -> None:
+    keyring = keyring_of(new_key())
+    sealed = Client(
+        client.service_client, namespace=client.namespace, data_converter=data_converter(keyring)
+    )
+    store = open_store(str(tmp_path / "store"), keyring)
+    keel, outsider = KeelClient(sealed, task_queue, store), KeelClient(client, task_queue)
+    bedrock.script(paced(0.04))
+    session = sid()
+    worker = build_worker(sealed, task_queue, store=store, max_cached_workflows=0)
+    async with worker:
+        await keel.prompt(session, "go", config=CONFIG)
+        seen: list[TextChunk] = []
+
+        async def outside() -> None:  # a client with Temporal access but not the key
+            async for chunk in outsider.model_text(session, poll_s=0.05):
+                seen.append(chunk)
+
+        spying = asyncio.create_task(outside())
+        chunks: list[TextChunk] = []
+        async for chunk in keel.model_text(session, poll_s=0.05):  # the key holder's view
+            if not chunks:  # mid-stream: what the server holds of the running call
+                description = await client.get_workflow_handle(session).describe()
+                [pending] = description.raw_description.pending_activities
+            chunks.append(chunk)
+            if chunk.end:
+                break
+        spying.cancel()
+        await asyncio.gather(spying, return_exceptions=True)
+
+    assert "".join(c.text for c in chunks) == ANSWER
+    assert all(c.source == ENDPOINT for c in chunks)
+    assert seen == []
+    [details] = pending.heartbeat_details.payloads
+    assert details.metadata["encoding"] == b"binary/encrypted"
+    for secret in (b"/streams/", b"w000", b"text_chars"):
+        assert secret not in details.data
 
 
 def test_endpoint_serves_a_stream_only_with_its_token() -> None:

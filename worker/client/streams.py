@@ -301,9 +301,18 @@ def _from_snapshot(call: _Call, details: dict[str, Any]) -> TextChunk | None:
 
 
 async def _details(client: Client, payloads: Any) -> dict[str, Any]:
+    """Decoded heartbeat details; empty when there are none or this client cannot decode them.
+
+    Details encrypted with a key this client does not hold tell it neither the text nor where
+    the stream is.
+    """
     if not payloads:
         return {}
-    decoded = await client.data_converter.decode(payloads)
+    try:
+        decoded = await client.data_converter.decode(payloads)
+    except Exception as err:  # any codec or converter failure: no details
+        logger.info("cannot decode the model call's heartbeat details: %s", err)
+        return {}
     return decoded[0] if decoded and isinstance(decoded[0], dict) else {}
 
 
