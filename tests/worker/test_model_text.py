@@ -25,7 +25,7 @@ from tests.fakes.bedrock_server import FakeBedrock, Reply, fake_bedrock_env
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.fixture_types import RunWorker
-from tests.helpers.scripts import text
+from tests.helpers.scripts import SAMPLE_TOOLS, text, tool_use
 from worker.client.keel_client import KeelClient
 from worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
 from worker.payloads import data_converter
@@ -108,7 +108,16 @@ async def test_every_character_in_order_and_nothing_in_history(
 async def test_keel_watch_and_run_progress_print_every_character(
     client: Client, keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock, task_queue: str
 ) -> None:
-    bedrock.script(paced(0.1))  # 6 s: time enough for `keel watch` to start under load
+    # Two streamed calls with a tool run between: each text whole, and in its place among
+    # the events. The first takes 6 s: time enough for `keel watch` to start under load.
+    second = "".join(f"v{i:03d} " for i in range(30))
+    first_call = Reply(
+        [text(ANSWER), tool_use("t1", "echo", text="hi")],
+        stop_reason="tool_use",
+        text_deltas=WORDS,
+        pace_s=0.1,
+    )
+    bedrock.script(first_call, Reply([text(second)], text_deltas=30, pace_s=0.05))
     session = sid()
     env = keel_env(
         TEMPORAL_ADDRESS=client.service_client.config.target_host, KEEL_TASK_QUEUE=task_queue
@@ -116,7 +125,8 @@ async def test_keel_watch_and_run_progress_print_every_character(
     command = [sys.executable, "-m", "worker.cli"]
     async with run_worker():
         run = await asyncio.create_subprocess_exec(
-            *command, "run", "--session", session, "--model", MODEL, "--progress", "go",
+            *command, "run", "--session", session, "--model", MODEL, "--tools", SAMPLE_TOOLS,
+            "--progress", "go",
             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         for _ in range(200):  # the turn runs: watch joins mid-stream
@@ -132,14 +142,24 @@ async def test_keel_watch_and_run_progress_print_every_character(
 
     assert run.returncode == 0, run_err.decode()
     assert watch.returncode == 0, watch_err.decode()
-    assert ANSWER.strip() in run_out.decode()  # the answer, on stdout
+    assert second.strip() in run_out.decode()  # the answer, on stdout
     progress = run_err.decode()
-    assert ANSWER in progress and "…" not in progress, progress
-    # the text ends its own line, before the event that says the call ended
-    assert progress.index(ANSWER) < progress.index("model call 1 -> end_turn")
+    assert "…" not in progress, progress
+    # each text whole, on its own line, before the event that says its call ended
+    order = [
+        f"{ANSWER}\n",
+        "model call 1 -> tool_use",
+        "tool echo finished: success",
+        f"{second}\n",
+        "model call 2 -> end_turn",
+    ]
+    at = [progress.find(part) for part in order]
+    assert -1 not in at and at == sorted(at), progress
     watched = watch_out.decode()
-    assert ANSWER in watched and "…" not in watched, watched
-    assert watched.index(ANSWER) < watched.index("model_called")
+    assert "…" not in watched, watched
+    order = [f"{ANSWER}\n", "model_called", "tool_finished", f"{second}\n", "turn_ended"]
+    at = [watched.find(part) for part in order]
+    assert -1 not in at and at == sorted(at), watched
 
 
 async def test_unreachable_endpoint_falls_back_to_heartbeat_snapshots(
