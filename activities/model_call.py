@@ -241,7 +241,8 @@ class ModelActivities:
                 worker); retryable for a stalled stream.
                 Other provider exceptions propagate and are retried by Temporal.
         """
-        progress = _Progress(self.streams, where={"turn": request.turn, "cycle": request.cycle})
+        where = {"turn": request.turn, "cycle": request.cycle, "attempt": activity.info().attempt}
+        progress = _Progress(self.streams, where=where)
         status = "failed"
         try:
             response, extra = await self._answer(request, progress)

@@ -298,10 +298,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(stream_events(outcome), pace_s=outcome.pace_s)
         elif isinstance(outcome, StreamError):
             events = stream_events(outcome.reply)[: outcome.after_events]
-            self._stream(events, tail=encode_exception(outcome.exception_type, outcome.message))
+            tail = encode_exception(outcome.exception_type, outcome.message)
+            self._stream(events, tail=tail, pace_s=outcome.reply.pace_s)
         else:
             events = stream_events(outcome.reply)[: outcome.after_events]
-            self._stream(events, cut=not outcome.clean)
+            self._stream(events, cut=not outcome.clean, pace_s=outcome.reply.pace_s)
 
     def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
         data = json.dumps(body).encode()

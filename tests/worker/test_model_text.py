@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from activities.store import open_store
 from activities.text_streams import TextStreams
-from tests.fakes.bedrock_server import FakeBedrock, Reply, fake_bedrock_env
+from tests.fakes.bedrock_server import FakeBedrock, Reply, StreamCut, fake_bedrock_env
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.fixture_types import RunWorker
@@ -103,6 +103,31 @@ async def test_every_character_in_order_and_nothing_in_history(
     assert abs(len(raw) - len(quick_raw)) <= 64, (len(raw), len(quick_raw))
     for marker in (b"/streams/", b"text_chars"):
         assert marker not in raw
+
+
+async def test_a_retry_streams_again_from_its_start(
+    keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
+) -> None:
+    # The first attempt's stream breaks after 30 words; Temporal retries the call.
+    bedrock.script(StreamCut(paced(0.03), after_events=31), paced(0.03))
+    session = sid()
+    async with run_worker():
+        await keel.prompt(session, "go", config=CONFIG)
+        chunks: list[TextChunk] = []
+        async for chunk in keel.model_text(session, poll_s=0.05):
+            chunks.append(chunk)
+            if chunk.end and chunk.attempt == 2:
+                break
+
+    first = [c for c in chunks if c.attempt == 1]
+    second = [c for c in chunks if c.attempt == 2]
+    assert first and second and chunks.index(second[0]) > chunks.index(first[-1])
+    assert ANSWER.startswith("".join(c.text for c in first))  # what it streamed, then ended
+    assert first[-1].end
+    # The retry starts at offset 0 with its own text, not the last attempt's (whose details
+    # Temporal still shows until the retry heartbeats).
+    assert second[0].offset == 0 and "".join(c.text for c in second) == ANSWER
+    assert all(c.source == ENDPOINT for c in chunks)
 
 
 async def test_keel_watch_and_run_progress_print_every_character(

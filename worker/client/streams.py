@@ -41,7 +41,7 @@ HEARTBEAT = "heartbeat"
 CONNECT_TIMEOUT_S = 2.0
 # The endpoint sends a keepalive every 15 s: this long without a byte means it is gone.
 READ_TIMEOUT_S = 40.0
-# An endpoint that could not be reached is not tried again for this long (by this reader).
+# An endpoint that did not answer in time is not tried again for this long (by this reader).
 UNREACHABLE_FOR_S = 60.0
 # Between heartbeat snapshots (fallback): the activity heartbeats about once a second.
 SNAPSHOT_EVERY_S = 0.5
@@ -104,6 +104,8 @@ async def heartbeat_snapshot(
     for pending in description.raw_description.pending_activities:
         if pending.activity_type.name == MODEL_ACTIVITY:
             details = await _details(client, pending.heartbeat_details.payloads)
+        if details.get("attempt", pending.attempt) != pending.attempt:
+            details = {}  # a retry not heartbeated yet shows the last attempt's details
             return ModelStream(
                 activity_id=pending.activity_id,
                 attempt=pending.attempt,
@@ -231,6 +233,8 @@ async def follow_model_text(
             await asyncio.sleep(poll_s)
             continue
         details = await _details(client, pending.heartbeat_details.payloads)
+        if details.get("attempt", pending.attempt) != pending.attempt:
+            details = {}  # a retry not heartbeated yet shows the last attempt's details
         call = current = calls.setdefault(key, _Call(pending.activity_id, pending.attempt))
         if call.turn is None:  # known from the first heartbeat on
             call.turn = _int_or_none(details.get("turn"))
@@ -253,7 +257,8 @@ async def follow_model_text(
                     err or type(err).__name__,
                 )
                 call.unreachable = True
-                unreachable[where] = loop.time() + UNREACHABLE_FOR_S
+                if isinstance(err, TimeoutError):  # a refusal costs nothing to meet again
+                    unreachable[where] = loop.time() + UNREACHABLE_FOR_S
             except _Refused as err:  # reachable, but not this stream (expired, say)
                 logger.info("model stream at %s refused (%s); falling back", where, err)
                 call.unreachable = True
