@@ -104,8 +104,8 @@ async def heartbeat_snapshot(
     for pending in description.raw_description.pending_activities:
         if pending.activity_type.name == MODEL_ACTIVITY:
             details = await _details(client, pending.heartbeat_details.payloads)
-        if details.get("attempt", pending.attempt) != pending.attempt:
-            details = {}  # a retry not heartbeated yet shows the last attempt's details
+            if details.get("attempt", pending.attempt) != pending.attempt:
+                details = {}  # the last attempt's, until this one heartbeats
             return ModelStream(
                 activity_id=pending.activity_id,
                 attempt=pending.attempt,
