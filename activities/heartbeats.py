@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
 
@@ -20,6 +21,7 @@ class LoopHeartbeats:
         self._every_s = every_s
         self._beat = beat
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._handle: asyncio.TimerHandle = self._loop.call_later(every_s, self._tick)
         self._stopped = False
 
@@ -32,8 +34,11 @@ class LoopHeartbeats:
         self._handle = self._loop.call_at(when, self._tick)
 
     def soon_threadsafe(self, delay_s: float) -> None:
-        """``soon``, callable from any thread."""
-        self._loop.call_soon_threadsafe(self.soon, delay_s)
+        """``soon``, callable from any thread (on the loop's own, without waking it)."""
+        if threading.get_ident() == self._loop_thread:
+            self.soon(delay_s)
+        else:
+            self._loop.call_soon_threadsafe(self.soon, delay_s)
 
     def _tick(self) -> None:
         if self._stopped:

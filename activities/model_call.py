@@ -87,12 +87,13 @@ class _Progress:
             self.events += 1
             self.last_at = time.monotonic()
             if delta:
-                first = not self._parts
                 self._tail = (self._tail + delta)[-STREAM_TAIL_CHARS:]
-                self._parts.append(delta)
                 if self.stream is not None:
                     self.stream.append(delta)
-        if first and self._streams is not None and self.on_stream is not None:
+                elif self._streams is not None:  # kept for the stream the next beat opens
+                    first = not self._parts
+                    self._parts.append(delta)
+        if first and self.on_stream is not None:
             self.on_stream()
 
     def details(self) -> dict[str, object]:
@@ -101,6 +102,7 @@ class _Progress:
             if self.stream is None and self._streams is not None and self._parts:
                 self.stream, self._advert = self._streams.open()
                 self.stream.append("".join(self._parts))
+                self._parts.clear()  # the stream holds the text from now on
             details: dict[str, object] = {
                 "text_chars": self.text_chars,
                 "events": self.events,
