@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.helpers.cli import ROOT, keel_env
-from worker.cli.follow import StreamedText, event_line, progress_line
+from worker.cli.follow import StreamedText, end_streamed_line, event_line, progress_line
 from worker.client.keel_client import KeelClient
 from worker.client.streams import TextChunk
 from worker.process.sandbox import sandbox_runner
@@ -154,6 +154,18 @@ def test_streamed_text_prints_each_character_once() -> None:
     text.end_line()
     text.end_line()
     assert out.getvalue() == "Hello, world\nHi!\n0123456789…tail\n"
+
+
+def test_a_notice_does_not_land_in_the_middle_of_streamed_text() -> None:
+    out = io.StringIO()
+    text = StreamedText(out)
+    text.write(TextChunk("1", 1, 1, 1, 0, "Hello"))
+    end_streamed_line(io.StringIO())  # another stream's line is none of its business
+    end_streamed_line(out)
+    out.write("keel: waiting for a worker\n")
+    text.write(TextChunk("1", 1, 1, 1, 5, ", world"))
+    text.end_line()
+    assert out.getvalue() == "Hello\nkeel: waiting for a worker\n, world\n"
 
 
 def event(seq: int, type_: str, turn: int | None = 1, cycle: int | None = None, **d: Any) -> Event:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
@@ -24,6 +25,8 @@ from workflows.contracts import Event, SessionState, TurnRecord
 TEXT_END_WAIT_S = 1.0
 
 logger = logging.getLogger(__name__)
+# Printers whose last output is streamed text without its newline (see end_streamed_line).
+_OPEN_LINES: weakref.WeakSet[StreamedText] = weakref.WeakSet()
 
 
 def _clock(at: str) -> str:
@@ -115,6 +118,13 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
     return None
 
 
+def end_streamed_line(out: TextIO) -> None:
+    """End a line of streamed text left open on ``out``, before a notice is printed there."""
+    for printer in list(_OPEN_LINES):
+        if printer.out is out:
+            printer.end_line()
+
+
 class StreamedText:
     """Prints the text model calls stream (``TextChunk``s), each character once, in order.
 
@@ -142,6 +152,8 @@ class StreamedText:
         self.out.write(f"\x1b[2m{part}\x1b[0m" if self.dim else part)
         self.out.flush()
         self._open = not part.endswith("\n")
+        if self._open:
+            _OPEN_LINES.add(self)
 
     def end_line(self) -> None:
         """End a line of streamed text, so that what follows starts on its own line."""
@@ -149,6 +161,7 @@ class StreamedText:
             self.out.write("\n")
             self.out.flush()
             self._open = False
+            _OPEN_LINES.discard(self)
 
 
 class Follower:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from activities.store import open_store
+from worker.cli.follow import end_streamed_line
 from worker.cli.run_inputs import UsageError
 from worker.client import KeelClient, WorkerWait
 from worker.server.connection import TemporalConnection, open_connection
@@ -41,6 +42,7 @@ async def require_lasting_server(settings: Settings, what: str) -> None:
 def say_waiting(wait: WorkerWait) -> None:
     """Tell the person on stderr that a request waits for a worker."""
     hint = "" if wait.failing is not None else f"; {START_A_WORKER}"
+    end_streamed_line(sys.stderr)  # not in the middle of a model's streamed text
     print(f"keel: {wait}{hint}", file=sys.stderr, flush=True)
 
 
