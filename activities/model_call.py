@@ -21,7 +21,7 @@ from activities.models import (
     provider_imported,
     resolve_model,
 )
-from activities.store import ConversationStore, StoreCorrupt, StoreError
+from activities.store import ConversationStore, StoreError
 from activities.structured import OutputSchemaError, check_output_schema, violations
 from activities.text_streams import StreamAdvert, TextStream, TextStreams
 from activities.tools import ToolModuleError, specs_for_modules
@@ -34,7 +34,7 @@ from workflows.activity_options import (
 )
 from workflows.boundary import merge_roles
 from workflows.contracts import PrefixRef, ToolSpec
-from workflows.messages import ContentBlock, Message, tool_uses
+from workflows.messages import tool_uses
 
 if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
@@ -170,7 +170,7 @@ class ModelActivities:
             StoreError: a stored object is missing or corrupted.
             ToolModuleError: a module to describe has no tools on this worker.
         """
-        tail = [self._filled(m, request.result_refs) for m in request.messages]
+        tail = [self.store.with_results(m, request.result_refs) for m in request.messages]
         history = [*self.store.load(request.prefix), *tail]
         stored = self.store.extend(request.prefix, tail)
         described: list[ToolSpec] | None = None
@@ -199,28 +199,6 @@ class ModelActivities:
             }
         )
         return view, stored, digest, described
-
-    def _filled(self, message: Message, refs: dict[str, str]) -> Message:
-        """The message with each referenced toolResult read back from the store."""
-        if not refs:
-            return message
-        content = []
-        for block in message.content:
-            result = block.toolResult
-            if result is not None and result.toolUseId in refs:
-                stored = ContentBlock.model_validate(
-                    self.store.get_document(refs[result.toolUseId])
-                )
-                if stored.toolResult is None or stored.toolResult.toolUseId != result.toolUseId:
-                    raise StoreCorrupt(
-                        f"stored tool result {refs[result.toolUseId]} is not the result of "
-                        f"tool use {result.toolUseId!r}"
-                    )
-                block = stored
-            content.append(block)
-        if all(new is old for new, old in zip(content, message.content, strict=True)):
-            return message  # no block of it was sent by reference
-        return message.model_copy(update={"content": content})
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def converse(self, request: ModelRequest) -> ModelResponse:

@@ -51,8 +51,9 @@ _executor: ThreadPoolExecutor | None = None
 class ToolActivities:
     """The tool activity bound to the worker's conversation store.
 
-    The result is stored too, so the next model call can name it by digest instead of
-    carrying its content through workflow history a second time.
+    The result is stored, and the activity answers with its digest and the result without
+    its content: a tool's output never enters workflow history. The next model call names
+    it by digest, and the model activity reads it back from the store.
     """
 
     def __init__(self, store: ConversationStore, mcp: McpServers | None = None) -> None:
@@ -74,10 +75,11 @@ class ToolActivities:
         return await run_tool(request, keep=self._keep, mcp=self.mcp)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
-        """Store a tool's result; the response then names it by digest too."""
-        assert response.result is not None
-        block = {"toolResult": response.result.model_dump(mode="json")}
-        return response.model_copy(update={"digest": self.store.put_document(block)})
+        """Store a tool's result; the response names it by digest, without its content."""
+        result = response.result
+        assert result is not None
+        digest = self.store.put_document({"toolResult": result.model_dump(mode="json")})
+        return ToolResponse(result=result.model_copy(update={"content": []}), digest=digest)
 
 
 async def run_tool(

@@ -8,15 +8,50 @@ Pure module: imported by workflow code.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from workflows.contracts import InferenceConfig, KeelModel, PrefixRef, ToolSpec
 from workflows.messages import Message, TokenUsage, ToolResult, ToolUse
 
+# Field defaults that a compact payload leaves out: JSON-equal values only.
+_EMPTY: tuple[Any, ...] = (None, [], {})
 
-class ModelRequest(KeelModel):
+
+class CompactModel(KeelModel):
+    """An activity's input or result: fields at an empty default are left out of its JSON.
+
+    These payloads enter workflow history with every activity, so a field left at ``None``,
+    ``[]`` or ``{}`` (its default) is not written; reading the payload back gives the same
+    default. Payloads written before (with every field) read the same way.
+    """
+
+    _compact_defaults: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Once the fields are known: the ones whose default is ``None``, ``[]`` or ``{}``."""
+        super().__pydantic_init_subclass__(**kwargs)
+        defaults = {}
+        for name, field in cls.model_fields.items():
+            if field.is_required():
+                continue
+            default = field.get_default(call_default_factory=True)
+            if any(default == empty and type(default) is type(empty) for empty in _EMPTY):
+                defaults[name] = default
+        cls._compact_defaults = defaults
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        defaults = self._compact_defaults
+        if not isinstance(data, dict) or not defaults:
+            return data
+        return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
+
+
+class ModelRequest(CompactModel):
     """Input of the ``keel.model.converse`` activity.
 
     The conversation is ``prefix`` (stored, by reference) followed by ``messages`` (not yet
@@ -50,7 +85,7 @@ class ModelRequest(KeelModel):
     output_tool: str | None = None
 
 
-class ModelResponse(KeelModel):
+class ModelResponse(CompactModel):
     """Result of the ``keel.model.converse`` activity.
 
     Attributes:
@@ -74,7 +109,7 @@ class ModelResponse(KeelModel):
     output_errors: dict[str, list[str]] | None = None
 
 
-class ToolRequest(KeelModel):
+class ToolRequest(CompactModel):
     """Input of the ``keel.tool.run`` activity.
 
     Attributes:
@@ -99,7 +134,7 @@ class ToolQuestion(KeelModel):
     reason: str | None = None
 
 
-class ToolResponse(KeelModel):
+class ToolResponse(CompactModel):
     """Result of the ``keel.tool.run`` activity: a result, or a question.
 
     Attributes:

@@ -351,7 +351,9 @@ class SessionState(KeelModel):
     """Answer of the ``state`` query.
 
     The conversation is ``base`` (messages in the conversation store, by reference) followed
-    by ``messages`` (not stored yet); ``KeelClient.state`` joins them into one list.
+    by ``messages`` (not stored yet); ``KeelClient.state`` joins them into one list. A
+    toolResult in ``messages`` that the tool activity stored has no content here: its digest
+    is in ``result_refs`` (by toolUseId), and ``KeelClient.state`` reads it back.
     """
 
     session_id: str
@@ -359,6 +361,7 @@ class SessionState(KeelModel):
     config: SessionConfig
     base: PrefixRef | None = None
     messages: list[Message] = Field(default_factory=list)
+    result_refs: dict[str, str] = Field(default_factory=dict)
     message_count: int
     pending: PendingView
     queued: list[int] = Field(default_factory=list)

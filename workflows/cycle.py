@@ -79,6 +79,13 @@ def results_message(uses: Iterable[ToolUse], results: Mapping[str, ToolResult]) 
     return Message(role="user", content=content)
 
 
+def stripped(result: ToolResult) -> ToolResult:
+    """A stored toolResult as the workflow keeps it: without its content (read by digest)."""
+    if not result.content:
+        return result
+    return result.model_copy(update={"content": []})
+
+
 def text_of(message: Message | None) -> str:
     """The text blocks of a message, joined by newlines."""
     if message is None:

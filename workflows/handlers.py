@@ -335,6 +335,7 @@ class SessionHandlers:
             config=self._config,
             base=ledger.stored,
             messages=ledger.messages if q.include_messages else [],
+            result_refs=ledger.result_refs if q.include_messages else {},
             message_count=ledger.message_count,
             pending=ledger.pending_view(),
             queued=[item.turn_id for item in ledger.queue],

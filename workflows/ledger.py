@@ -162,7 +162,9 @@ class Ledger(KeelModel):
         """The unstored messages as a model call carries them, and the result references.
 
         A toolResult that the tool activity already stored travels with empty content; the
-        model activity fills it in from the store by its digest.
+        model activity fills it in from the store by its digest. The workflow keeps such
+        results without their content already (the tool activity leaves it out), except
+        those of histories recorded before it did.
         """
         tail = self.messages
         refs = {
@@ -173,18 +175,18 @@ class Ledger(KeelModel):
         }
         if not refs:
             return tail, {}
-        slim = [
-            Message(
-                role=m.role,
-                content=[
-                    ContentBlock(toolResult=b.toolResult.model_copy(update={"content": []}))
-                    if b.toolResult is not None and b.toolResult.toolUseId in refs
-                    else b
-                    for b in m.content
-                ],
-            )
-            for m in tail
-        ]
+
+        def carried(block: ContentBlock) -> ContentBlock:
+            result = block.toolResult
+            if result is None or not result.content or result.toolUseId not in refs:
+                return block
+            return ContentBlock(toolResult=result.model_copy(update={"content": []}))
+
+        slim = []
+        for m in tail:
+            content = [carried(b) for b in m.content]
+            same = all(new is old for new, old in zip(content, m.content, strict=True))
+            slim.append(m if same else Message(role=m.role, content=content))
         return slim, refs
 
     def mark_stored(self, ref: PrefixRef, count: int) -> None:

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         close_unexecuted,
         id_conflicts,
         results_message,
+        stripped,
     )
     from workflows.ledger import Ledger, PendingCycle, SessionInput
     from workflows.messages import (
@@ -409,9 +410,12 @@ class AgentSession(SubAgentSessions):
                 )
                 response = await self._execute_tool(use, spec, answers)
                 if response.result is not None:
-                    if response.digest is not None:
-                        pending.digests[use.toolUseId] = response.digest
-                    return response.result
+                    if response.digest is None:
+                        return response.result
+                    # stored: the workflow keeps the reference, not the content (which
+                    # histories recorded before the activity left it out still carry)
+                    pending.digests[use.toolUseId] = response.digest
+                    return stripped(response.result)
                 assert response.question is not None
                 question = self._open_interrupt(
                     record,

@@ -13,11 +13,11 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from workflows.contracts import PrefixRef
-from workflows.messages import Message
+from workflows.messages import ContentBlock, Message
 
 MESSAGE_CACHE = 20_000
 PREFIX_CACHE = 256
@@ -117,6 +117,34 @@ class ConversationStore:
         value = json.loads(self._verified(f"doc/{digest}", digest))
         self._remember(self._documents, digest, value, PREFIX_CACHE)
         return value
+
+    def with_results(self, message: Message, refs: Mapping[str, str]) -> Message:
+        """The message with each toolResult named in ``refs`` read back from the store.
+
+        A stored toolResult travels through workflow history without its content (the tool
+        activity stored it with ``put_document``); ``refs`` maps its toolUseId to its digest.
+
+        Raises:
+            StoreMissing: nothing under a digest.
+            StoreCorrupt: a stored object is not the result of that tool use.
+        """
+        if not refs:
+            return message
+        content = []
+        for block in message.content:
+            result = block.toolResult
+            if result is not None and result.toolUseId in refs:
+                stored = ContentBlock.model_validate(self.get_document(refs[result.toolUseId]))
+                if stored.toolResult is None or stored.toolResult.toolUseId != result.toolUseId:
+                    raise StoreCorrupt(
+                        f"stored tool result {refs[result.toolUseId]} is not the result of "
+                        f"tool use {result.toolUseId!r}"
+                    )
+                block = stored
+            content.append(block)
+        if all(new is old for new, old in zip(content, message.content, strict=True)):
+            return message  # no block of it was sent by reference
+        return message.model_copy(update={"content": content})
 
     def load(self, prefix: PrefixRef | None) -> list[Message]:
         """Every message of a stored prefix, in order.

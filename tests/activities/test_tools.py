@@ -429,17 +429,20 @@ class _Backend:
     ("name", "tool_input"),
     [("big", {"size": 40}), ("slow", {"seconds": 0.01, "label": "done"})],  # sync, async
 )
-async def test_tool_activity_stores_the_result_it_returns(
+async def test_tool_activity_stores_the_result_and_returns_only_its_reference(
     name: str, tool_input: dict[str, Any]
 ) -> None:
     backend = _Backend()
     store = ConversationStore(backend)
     request = make_request(name, tool_input)
+    expected = (await ActivityEnvironment().run(run_tool, request)).result
+    assert expected is not None and expected.content
     response = await ActivityEnvironment().run(ToolActivities(store).run, request)
-    assert response.result is not None and response.result.status == "success"
+    # the tool's output stays out of workflow history: the response names it by digest
+    assert response.result == expected.model_copy(update={"content": []})
     assert response.digest is not None
     stored = ConversationStore(backend).get_document(response.digest)
-    assert stored == {"toolResult": response.result.model_dump(mode="json")}
+    assert stored == {"toolResult": expected.model_dump(mode="json")}
     # A sync tool's result is stored in the tool's thread, an async tool's in a worker thread:
     # never on the event loop.
     assert backend.threads and threading.get_ident() not in backend.threads, backend.threads

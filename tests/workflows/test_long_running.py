@@ -82,6 +82,22 @@ async def test_long_tool_loop_keeps_history_linear(
     assert figures[1]["runs"] > 1, "300 cycles should span several runs"
 
 
+async def test_a_tool_result_stays_out_of_history_and_is_read_from_the_store(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    # a cycle budget of one ends the turn right after the tool: its result is not stored
+    # as part of the conversation yet, only by the tool activity
+    config = script(tool_loop(1, result_size=3000), max_cycles_per_turn=1)
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "loop", config=config, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "failed" and record.stop_reason == "max_cycles"
+    assert result_texts(state.messages[2]) == [("c0", "success", "x" * 3000)]
+    runs = await run_histories(keel.client, session)
+    assert not [e.event_id for h in runs for e in h.events if b"x" * 3000 in e.SerializeToString()]
+
+
 async def test_continue_as_new_while_approval_pending(
     keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path, model_log: Any
 ) -> None:

@@ -44,6 +44,7 @@ from workflows.contracts import (
     TurnRecord,
 )
 from workflows.ledger import SessionInput
+from workflows.messages import Message
 from workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
@@ -196,14 +197,20 @@ class SessionReader(SessionCalls):
                 AgentSession.state, query, rpc_timeout=self.query_timeout
             ),
         )
-        if include_messages and state.base is not None:
-            if self.store is None:
+        if include_messages and (state.base is not None or state.result_refs):
+            store = self.store
+            if store is None:
                 raise StoreError(
-                    f"session {session_id!r} keeps {state.base.count} earlier messages in the "
+                    f"session {session_id!r} keeps messages or tool results in the "
                     "conversation store; give KeelClient the store (KEEL_STORE) to read them"
                 )
-            earlier = await asyncio.to_thread(self.store.load, state.base)
-            state = state.model_copy(update={"messages": [*earlier, *state.messages], "base": None})
+
+            def read() -> list[Message]:
+                tail = [store.with_results(m, state.result_refs) for m in state.messages]
+                return [*store.load(state.base), *tail]
+
+            messages = await asyncio.to_thread(read)
+            state = state.model_copy(update={"messages": messages, "base": None, "result_refs": {}})
         return state
 
     async def pending(self, session_id: str) -> PendingView:

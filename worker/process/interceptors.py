@@ -1,8 +1,9 @@
 """Keel's worker interceptor: which session, turn and cycle each activity belongs to.
 
-On the workflow side, every activity the session starts carries a ``keel-cycle`` header
-with the turn and cycle of the latest model call (tool runs follow the model call of their
-cycle). On the activity side, that header (or the model request itself) says which turn
+On the workflow side, every activity the session starts other than a model call carries a
+``keel-cycle`` header with the turn and cycle of the latest model call (tool runs follow the
+model call of their cycle; a model request names its own). On the activity side, that header
+(or the model request itself) says which turn
 and cycle the activity serves; log records written while it runs get ``session_id``,
 ``turn`` and ``cycle`` (see ``worker.process.telemetry``), and SDK metrics count model calls, tokens
 and tool runs.
@@ -216,7 +217,8 @@ class _WorkflowOutbound(WorkflowOutboundInterceptor):
         externs = workflow.extern_functions()
         info = workflow.info()
         externs[_EXTERN_CYCLE](info.run_id, self._turn, self._cycle)
-        input.headers = {**input.headers, CYCLE_HEADER: _cycle_payload(self._turn, self._cycle)}
+        if input.activity != MODEL_ACTIVITY:  # a model request names its turn and cycle
+            input.headers = {**input.headers, CYCLE_HEADER: _cycle_payload(self._turn, self._cycle)}
         trace = externs.get(_EXTERN_TRACE)
         if trace is None:
             return self.next.start_activity(input)
