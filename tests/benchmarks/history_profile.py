@@ -3,8 +3,8 @@
 Runs one session of N tool cycles (each tool returning 2 KB, as ``tests.benchmarks.history``)
 on its own dev server, fetches every run's history and prints, per event type, how many
 events, their protobuf bytes, how many of those are payload bytes (``Payload.data``, with
-``Payload.metadata``) and the bytes per cycle. ``--show TYPE`` prints the decoded payloads of
-the first event of that type that has any. Usage::
+``Payload.metadata``) and the bytes per cycle. ``--show TYPE`` prints the payloads of the
+first event of that type that has any. Usage::
 
     python -m tests.benchmarks.history_profile --cycles 100
     python -m tests.benchmarks.history_profile --cycles 10 --show ACTIVITY_TASK_SCHEDULED
@@ -90,7 +90,8 @@ def show(events: list[HistoryEvent], kind: str) -> None:
         return
 
 
-async def run(client: Client, cycles: int, workdir: Path, kind: str | None) -> None:
+async def record(client: Client, cycles: int, workdir: Path) -> list[HistoryEvent]:
+    """Every event of every run of one session of ``cycles`` tool cycles (2 KB each)."""
     store = open_store(str(workdir / "store"))
     queue = f"profile-{uuid.uuid4().hex[:8]}"
     keel = KeelClient(client, queue, store)
@@ -100,30 +101,27 @@ async def run(client: Client, cycles: int, workdir: Path, kind: str | None) -> N
     )
     session = f"profile-{cycles}-{uuid.uuid4().hex[:6]}"
     async with build_worker(client, queue, ["tests.sample_tools"], store=store):
-        record = await keel.run(session, "loop", config=config, timeout_s=3600)
-    assert record.status == "completed", record.error
-    events = [e for h in await run_histories(client, session) for e in h.events]
-    rows = profile(events)
-    print(f"# cycles={cycles} events={len(events)}")
-    print(
+        done = await keel.run(session, "loop", config=config, timeout_s=3600)
+    assert done.status == "completed", done.error
+    return [e for h in await run_histories(client, session) for e in h.events]
+
+
+def report(rows: dict[str, Row], cycles: int) -> list[str]:
+    """The table: one line per event type, largest first, then the total."""
+    lines = [
         f"{'event type':45} {'events':>7} {'bytes':>10} {'payload':>10} {'other':>9} {'/cycle':>8}"
-    )
-    for name, row in sorted(rows.items(), key=lambda kv: -kv[1].total):
-        print(
-            f"{name:45} {row.events:7d} {row.total:10d} {row.payload:10d} "
-            f"{row.total - row.payload:9d} {row.total / cycles:8.0f}"
-        )
+    ]
     total = Row(
         sum(r.events for r in rows.values()),
         sum(r.total for r in rows.values()),
         sum(r.payload for r in rows.values()),
     )
-    print(
-        f"{'total':45} {total.events:7d} {total.total:10d} {total.payload:10d} "
-        f"{total.total - total.payload:9d} {total.total / cycles:8.0f}"
-    )
-    if kind:
-        show(events, kind)
+    for name, row in [*sorted(rows.items(), key=lambda kv: -kv[1].total), ("total", total)]:
+        lines.append(
+            f"{name:45} {row.events:7d} {row.total:10d} {row.payload:10d} "
+            f"{row.total - row.payload:9d} {row.total / cycles:8.0f}"
+        )
+    return lines
 
 
 async def main() -> None:
@@ -133,9 +131,11 @@ async def main() -> None:
     args = parser.parse_args()
     async with dev_server() as env:
         with tempfile.TemporaryDirectory() as tmp:
-            await run(env.client, args.cycles, Path(tmp), None)
+            events = await record(env.client, args.cycles, Path(tmp))
+            print(f"# cycles={args.cycles} events={len(events)}")
+            print("\n".join(report(profile(events), args.cycles)))
             for kind in args.show:
-                await run(env.client, 3, Path(tmp), kind)
+                show(events, kind)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ async def test_long_tool_loop_keeps_history_linear(
             f"history_ratio cycles={f['cycles']} runs={f['runs']} "
             f"history_bytes={f['history']} ratio={f['ratio']:.2f}"
         )
-        assert f["ratio"] < 3, f
+        # 1.55 and 1.53 here (2.62 and 2.60 while tool results still entered history); each
+        # run of 400 events also writes the carried ledger twice (continue-as-new, start)
+        assert f["ratio"] < 1.8, f
     assert figures[1]["runs"] > 1, "300 cycles should span several runs"
 
 
