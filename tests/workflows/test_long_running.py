@@ -94,6 +94,7 @@ async def test_a_tool_result_stays_out_of_history_and_is_read_from_the_store(
     async with run_worker():
         record = await keel.run(session, "loop", config=config, timeout_s=30)
         state = await keel.state(session)
+    await save_history(keel.client, session, "tool_result_by_reference")
     assert record.status == "failed" and record.stop_reason == "max_cycles"
     assert result_texts(state.messages[2]) == [("c0", "success", "x" * 3000)]
     runs = await run_histories(keel.client, session)
