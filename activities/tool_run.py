@@ -51,9 +51,10 @@ _executor: ThreadPoolExecutor | None = None
 class ToolActivities:
     """The tool activity bound to the worker's conversation store.
 
-    The result is stored, and the activity answers with its digest and the result without
-    its content: a tool's output never enters workflow history. The next model call names
-    it by digest, and the model activity reads it back from the store.
+    The result is stored, and the activity answers with its digest and, for a successful
+    result, the result without its content: a tool's output never enters workflow history.
+    The next model call names it by digest, and the model activity reads it back from the
+    store.
     """
 
     def __init__(self, store: ConversationStore, mcp: McpServers | None = None) -> None:
@@ -75,10 +76,16 @@ class ToolActivities:
         return await run_tool(request, keep=self._keep, mcp=self.mcp)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
-        """Store a tool's result; the response names it by digest, without its content."""
+        """Store a tool's result; the response names it by digest.
+
+        A successful result leaves its content out; an error result keeps it (it is short,
+        and it is what someone reading the history or a trace looks for).
+        """
         result = response.result
         assert result is not None
         digest = self.store.put_document({"toolResult": result.model_dump(mode="json")})
+        if result.status == "error":
+            return ToolResponse(result=result, digest=digest)
         return ToolResponse(result=result.model_copy(update={"content": []}), digest=digest)
 
 
