@@ -163,8 +163,8 @@ class Ledger(KeelModel):
 
         A toolResult that the tool activity already stored travels with empty content; the
         model activity fills it in from the store by its digest. The workflow keeps such
-        results without their content already (the tool activity leaves it out), except
-        those of histories recorded before it did.
+        results without their content already; a ledger carried from a run of earlier code
+        may still hold it.
         """
         tail = self.messages
         refs = {

@@ -3,10 +3,9 @@
 On the workflow side, every activity the session starts other than a model call carries a
 ``keel-cycle`` header with the turn and cycle of the latest model call (tool runs follow the
 model call of their cycle; a model request names its own). On the activity side, that header
-(or the model request itself) says which turn
-and cycle the activity serves; log records written while it runs get ``session_id``,
-``turn`` and ``cycle`` (see ``worker.process.telemetry``), and SDK metrics count model calls, tokens
-and tool runs.
+(or the model request itself) says which turn and cycle the activity serves; log records
+written while it runs get ``session_id``, ``turn`` and ``cycle`` (see
+``worker.process.telemetry``), and SDK metrics count model calls, tokens and tool runs.
 
 Given ``ActivitySpans`` (``worker.process.tracing.KeelSpans``, from the ``otel`` extra), it also
 traces: a ``keel.turn`` span per
