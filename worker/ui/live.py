@@ -2,32 +2,42 @@
 
 A session's stream follows it the way ``keel watch`` does (``SessionReader.snapshots``, the
 ``state`` query, nothing written to history): when its event log grows or its status
-changes, the page's parts are rendered again and the changed ones sent (event ``parts``);
-while a model call runs, the text it has streamed so far is sent too (event ``text``, from
-``SessionReader.model_stream``). When the session stops, a last ``parts`` and an ``end``.
-A failure is sent as a ``problem`` for the page's banner; the browser then reconnects.
+changes, the page's parts are rendered again and the changed ones sent (event ``parts``).
+Beside that loop, a task follows the text model calls stream (``SessionReader.model_text``:
+every character, in order, from the worker's stream endpoint or, failing that, heartbeat
+snapshots) and sends each chunk as it comes (event ``text``); both go out through one queue.
+When the session stops, a last ``parts`` and an ``end``. A failure is sent as a ``problem``
+for the page's banner; the browser then reconnects. When the browser goes away, or the
+session stops, the tasks are cancelled and awaited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Send
 
+from worker.client import KeelClient
+from worker.client.streams import TextChunk
 from worker.ui.access import Visit
 from worker.ui.context import UiContext
-from worker.ui.pages import render_rows, render_session, session_rows_of
+from worker.ui.pages import SessionParts, render_rows, render_session, session_rows_of
 from worker.ui.problems import problem
+
+logger = logging.getLogger(__name__)
 
 # How often the sessions list is read again, and a session's state.
 LIST_EVERY_S = 2.0
 SESSION_POLL_S = 0.3
-# How often streamed text is asked for at most (a model heartbeats about once a second).
-STREAM_EVERY_S = 0.5
+# Between looks for a model call that streams, while none does.
+TEXT_POLL_S = 0.3
 # A comment line keeps proxies from closing a quiet stream.
 KEEPALIVE_S = 15.0
 # How long the browser waits before reconnecting after the stream ends or fails.
@@ -39,12 +49,30 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def _stream(events: AsyncIterator[str]) -> Response:
-    return StreamingResponse(
-        events,
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+class _EventStream(StreamingResponse):
+    """A stream of server-sent events whose generator is closed however the response ends.
+
+    When the browser goes away, the generator may be waiting at a ``yield``; closing it here
+    runs its ``finally`` (which stops its tasks) now rather than whenever it is collected.
+    """
+
+    def __init__(self, events: AsyncGenerator[str, None]) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+        self.events = events
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            await self.events.aclose()
+
+
+def _stream(events: AsyncGenerator[str, None]) -> Response:
+    return _EventStream(events)
 
 
 async def _problem_event(err: Exception) -> str:
@@ -57,7 +85,7 @@ async def _problem_event(err: Exception) -> str:
 def sessions_live(ui: UiContext, request: Request, visit: Visit) -> Response:
     """``GET /live``: the sessions table whenever it changes."""
 
-    async def events() -> AsyncIterator[str]:
+    async def events() -> AsyncGenerator[str, None]:
         yield f"retry: {RETRY_MS}\n\n"
         last = None
         quiet = 0.0
@@ -85,54 +113,106 @@ def session_live(ui: UiContext, request: Request, visit: Visit) -> Response:
     """``GET /sessions/{id}/live``: the session page's changed parts, and streamed text."""
     session = request.path_params["session"]
 
-    async def events() -> AsyncIterator[str]:
+    async def events() -> AsyncGenerator[str, None]:
         yield f"retry: {RETRY_MS}\n\n"
         try:
-            async for event in _follow(ui, session, visit):
-                yield event
+            async with contextlib.aclosing(_follow(ui, session, visit)) as follow:
+                async for event in follow:
+                    yield event
         except Exception as err:
             yield await _problem_event(err)
 
     return _stream(events())
 
 
-async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncIterator[str]:
+async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncGenerator[str, None]:
     keel = await ui.source.get()
     parts = await render_session(ui, keel, session, visit)
-    sent = dict(parts.html)
-    yield sse("parts", {"parts": sent, "problem": None})
-    loop = asyncio.get_running_loop()
-    seen = (parts.view.event_count, parts.view.status)
-    streamed: tuple[str, int, int] | None = None
-    asked_at, spoke_at = 0.0, loop.time()
-    async for state in keel.snapshots(session, parts.view.event_count, poll_s=SESSION_POLL_S):
-        now = (state.event_count, state.status)
-        if now != seen:
+    yield sse("parts", {"parts": dict(parts.html), "problem": None})
+    out: asyncio.Queue[str | Exception | None] = asyncio.Queue()
+    tasks = [
+        asyncio.create_task(
+            _parts(ui, keel, session, visit, parts, out),
+            name=f"keel-ui-parts:{session}",
+        ),
+        asyncio.create_task(_text(keel, session, out), name=f"keel-ui-text:{session}"),
+    ]
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(out.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            if item is None:  # the session stopped
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _parts(
+    ui: UiContext,
+    keel: KeelClient,
+    session: str,
+    visit: Visit,
+    first: SessionParts,
+    out: asyncio.Queue[str | Exception | None],
+) -> None:
+    """Put the parts that changed since ``first`` on ``out`` until the session stops.
+
+    Then a last ``parts``, ``end`` and None; a failure is put on ``out`` instead, for the
+    stream to report.
+    """
+    sent = dict(first.html)
+    seen = (first.view.event_count, first.view.status)
+    try:
+        async for state in keel.snapshots(session, seen[0], poll_s=SESSION_POLL_S):
+            now = (state.event_count, state.status)
+            if now == seen:
+                continue
             seen = now
             fresh = await render_session(ui, keel, session, visit)
             changed = {k: v for k, v in fresh.html.items() if sent.get(k) != v}
             if changed:
                 sent.update(changed)
-                spoke_at = loop.time()
-                yield sse("parts", {"parts": changed, "problem": None})
-        running = any(t.status == "running" for t in state.turns)
-        if loop.time() - asked_at >= STREAM_EVERY_S:
-            asked_at = loop.time()
-            stream = await keel.model_stream(session) if running else None
-            key = None
-            if stream is not None:
-                key = (stream.activity_id, stream.attempt, stream.text_chars)
-            if key != streamed:
-                streamed = key
-                spoke_at = loop.time()
-                yield sse(
-                    "text",
-                    None if stream is None else {"chars": stream.text_chars, "text": stream.text},
-                )
-        if loop.time() - spoke_at >= KEEPALIVE_S:
-            spoke_at = loop.time()
-            yield ": keepalive\n\n"
-    final = await render_session(ui, keel, session, visit)
-    changed = {k: v for k, v in final.html.items() if sent.get(k) != v}
-    yield sse("parts", {"parts": changed, "problem": None})
-    yield sse("end", {"status": final.view.status})
+                await out.put(sse("parts", {"parts": changed, "problem": None}))
+        final = await render_session(ui, keel, session, visit)
+        changed = {k: v for k, v in final.html.items() if sent.get(k) != v}
+        await out.put(sse("parts", {"parts": changed, "problem": None}))
+        await out.put(sse("end", {"status": final.view.status}))
+        await out.put(None)
+    except Exception as err:
+        await out.put(err)
+
+
+async def _text(keel: KeelClient, session: str, out: asyncio.Queue[str | Exception | None]) -> None:
+    """Put each chunk of text the session's model calls stream on ``out``, as it comes.
+
+    The streamed text is a nicety beside the parts: a failure to read it is logged and ends
+    this task only.
+    """
+    try:
+        async for chunk in keel.model_text(session, poll_s=TEXT_POLL_S):
+            await out.put(sse("text", text_event(chunk)))
+    except Exception as err:
+        logger.info("stopped following the text of session %s: %s", session, err)
+
+
+def text_event(chunk: TextChunk) -> dict[str, Any]:
+    """A ``text`` event's data: the call (activity id and attempt) and where the text goes.
+
+    The page appends ``text`` when ``offset`` is where its shown text of ``call`` ends; ``gap``
+    characters before it were missed (heartbeat fallback only); ``end`` closes the call.
+    """
+    return {
+        "call": f"{chunk.activity_id}#{chunk.attempt}",
+        "offset": chunk.offset,
+        "text": chunk.text,
+        "gap": chunk.gap,
+        "end": chunk.end,
+    }

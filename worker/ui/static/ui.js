@@ -24,18 +24,50 @@
     }
   }
 
-  function showStream(data) {
+  // The text the running model call streams, appended chunk by chunk (event "text"): a chunk
+  // goes on where the shown text of its call ends. A new call, or a retry, starts over; a
+  // chunk after text that was missed (gap, heartbeat fallback) is shown after "…"; any other
+  // chunk that does not follow on is ignored. When the call has ended, the text goes at the
+  // next "parts" (which show its message), or after END_LINGER_MS.
+  const END_LINGER_MS = 1500;
+  const stream = { call: null, upTo: 0, ended: false, timer: null };
+
+  function clearStream() {
     const box = document.getElementById("stream");
     const text = document.getElementById("stream-text");
-    if (!box || !text) return;
-    if (!data || !data.text) {
-      box.hidden = true;
-      text.textContent = "";
-      return;
+    if (stream.timer) clearTimeout(stream.timer);
+    stream.call = null;
+    stream.upTo = 0;
+    stream.ended = false;
+    stream.timer = null;
+    if (text) text.textContent = "";
+    if (box) box.hidden = true;
+  }
+
+  function showText(chunk) {
+    const box = document.getElementById("stream");
+    const text = document.getElementById("stream-text");
+    if (!box || !text || !chunk) return;
+    if (chunk.call !== stream.call) {
+      clearStream();
+      stream.call = chunk.call;
     }
-    const tail = data.chars > data.text.length ? "…" + data.text : data.text;
-    text.textContent = tail;
-    box.hidden = false;
+    const from = chunk.offset;
+    const to = from + chunk.text.length;
+    if (chunk.text && from <= stream.upTo && to > stream.upTo) {
+      // follows on (or overlaps what is shown, after a reconnect): append the new part
+      text.appendChild(document.createTextNode(chunk.text.slice(stream.upTo - from)));
+      stream.upTo = to;
+    } else if (chunk.text && from > stream.upTo && chunk.gap > 0) {
+      text.appendChild(document.createTextNode("…" + chunk.text));
+      stream.upTo = to;
+    }
+    if (text.textContent) box.hidden = false;
+    if (chunk.end) {
+      stream.ended = true;
+      if (stream.timer) clearTimeout(stream.timer);
+      stream.timer = setTimeout(clearStream, END_LINGER_MS);
+    }
   }
 
   document.addEventListener("submit", async function (event) {
@@ -77,6 +109,7 @@
     let problem = false;
     source.addEventListener("parts", function (e) {
       applyParts(JSON.parse(e.data).parts);
+      if (stream.ended) clearStream();
       problem = false;
       banner(null);
     });
@@ -85,13 +118,13 @@
       problem = false;
       banner(null);
     });
-    source.addEventListener("text", function (e) { showStream(JSON.parse(e.data)); });
+    source.addEventListener("text", function (e) { showText(JSON.parse(e.data)); });
     source.addEventListener("problem", function (e) {
       problem = true;
       banner(JSON.parse(e.data).message);
     });
     source.addEventListener("end", function () {
-      showStream(null);
+      clearStream();
       source.close();
     });
     source.onerror = function () {
