@@ -67,16 +67,18 @@ async def no_tasks_of(session: str, timeout_s: float = 10.0) -> None:
 async def test_the_page_shows_every_character_in_order_then_the_message(
     browser: Any, keel: KeelClient, run_worker: RunWorker, bedrock: FakeBedrock
 ) -> None:
-    # 60 deltas of 5 characters, one every 0.1 s: 6 s, time enough to open the page under load
-    bedrock.script(Reply([text(ANSWER)], text_deltas=WORDS, pace_s=0.1))
+    # a quick first turn starts the session; the second streams 60 deltas of 5 characters,
+    # one every 0.05 s, while the page watches from before it starts
+    bedrock.script(Reply([text("ready")]), Reply([text(ANSWER)], text_deltas=WORDS, pace_s=0.05))
     session = f"ui-text-{uuid.uuid4().hex[:8]}"
     async with run_worker(), ui_running(create_app(KeelSource(keel)), "127.0.0.1", 0) as url:
-        await keel.prompt(session, "go", config=BEDROCK)
+        assert (await keel.run(session, "hi", config=BEDROCK, timeout_s=30)).status == "completed"
         page = Page(browser, url)
         await page.open(f"/sessions/{session}")
+        await page.wait_text("#part-conversation", "ready")
         await page.script(RECORD_SHOWN)
-        await page.wait_text("#stream-text", "w001")
-        assert (await keel.wait_turn(session, 1, timeout_s=30)).status == "completed"
+        await keel.prompt(session, "go")
+        assert (await keel.wait_turn(session, 2, timeout_s=30)).status == "completed"
         await page.wait_text("#part-conversation", ANSWER.strip())
         hidden = "return document.getElementById('stream').hidden"
         await page.wait(lambda driver: driver.execute_script(hidden), "the stream box to hide")
