@@ -49,6 +49,9 @@ COMMANDS = (
     "sessions",
     "keygen",
     "codec-server",
+    "wait",
+    "schedule",
+    "ui",
 )
 # How each command that names a session is called for it (S: the session, I: an interrupt id).
 ON_A_SESSION = {
@@ -61,6 +64,7 @@ ON_A_SESSION = {
     "pending": ["pending", "S"],
     "show": ["show", "S"],
     "watch": ["watch", "S"],
+    "wait": ["wait", "S"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
 WAITING = ("run", "approve", "deny", "respond", "steer", "cancel", "watch")
@@ -225,6 +229,7 @@ def test_no_server_every_command_exits_1_in_one_line(tmp_path: Path) -> None:
     calls += [
         ["worker", "--tools", SAMPLE_TOOLS],
         ["sessions"],
+        ["schedule", "list"],
         ["run", "--model", "scripted:x.json", "hi"],
     ]
     for args, done in zip(calls, keel_all(calls, env), strict=True):
@@ -472,6 +477,14 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["sessions", "--limit", "x"], "keel sessions: argument --limit: invalid int value"),
     (["keygen"], "keel keygen: the following arguments are required: name"),
     (["codec-server"], "keel codec-server: the following arguments are required: --port"),
+    (["wait"], "keel wait: the following arguments are required: session"),
+    (["wait", "s1", "--timeout", "x"], "keel wait: argument --timeout: invalid float value"),
+    (["schedule"], "keel schedule: the following arguments are required: command"),
+    (
+        ["schedule", "create", "nightly", "hi"],
+        "keel schedule create: one of the arguments --cron --every is required",
+    ),
+    (["ui", "--port", "x"], "keel ui: argument --port: invalid int value: 'x'"),
     (["codec-server", "--port", "1"], "keel codec-server needs KEEL_ENCRYPTION_KEY"),
     (
         ["approve", "s1", "i1", "--key", "/no/such.key"],
