@@ -31,6 +31,7 @@ from workflows.activity_options import (
     MODEL_ERROR_NON_RETRYABLE,
     STORE_ERROR,
     TOOL_REGISTRY_ERROR,
+    heartbeat_every_s,
 )
 from workflows.boundary import merge_roles
 from workflows.contracts import PrefixRef, ToolSpec
@@ -39,6 +40,8 @@ from workflows.messages import tool_uses
 if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
 
+# At most this long between heartbeats; with Keel's 1 s heartbeat timeout a running call
+# beats three times a second (``workflows.activity_options.heartbeat_every_s``).
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`)
 # that cannot reach the worker's stream endpoint, and the endpoint's address and token: they
@@ -305,7 +308,8 @@ class ModelActivities:
             activity.heartbeat(progress.details())
             return True
 
-        heartbeats = LoopHeartbeats(HEARTBEAT_EVERY_S, beat)
+        every_s = heartbeat_every_s(activity.info().heartbeat_timeout, HEARTBEAT_EVERY_S)
+        heartbeats = LoopHeartbeats(every_s, beat)
         progress.on_stream = functools.partial(heartbeats.soon_threadsafe, ADVERTISE_AFTER_S)
         try:
             return await work

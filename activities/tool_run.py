@@ -33,7 +33,7 @@ from activities.tools import (
     registered_tools,
 )
 from workflows.activity_contracts import ToolQuestion, ToolRequest, ToolResponse
-from workflows.activity_options import TOOL_ACTIVITY
+from workflows.activity_options import TOOL_ACTIVITY, heartbeat_every_s
 from workflows.messages import ToolResult, ToolResultContent, error_result
 
 if TYPE_CHECKING:
@@ -283,11 +283,8 @@ def _sync_executor() -> ThreadPoolExecutor:
 
 
 def _heartbeat_every_s() -> float:
-    """How often a running tool heartbeats: every 5 s, or three times per heartbeat timeout."""
-    timeout = activity.info().heartbeat_timeout
-    if not timeout:
-        return _HEARTBEAT_EVERY_S
-    return min(_HEARTBEAT_EVERY_S, max(timeout.total_seconds() / 3, 0.1))
+    """How often a running tool heartbeats: three times per heartbeat timeout, at most 5 s."""
+    return heartbeat_every_s(activity.info().heartbeat_timeout, _HEARTBEAT_EVERY_S)
 
 
 def _beat() -> bool:

@@ -19,24 +19,33 @@ TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
 STORE_ERROR = "KeelStoreError"
 NOTIFY_REFUSED = "KeelNotifyRefused"
 
+# How long Temporal waits for a heartbeat of a running model call or tool run before it
+# deems the attempt lost (its worker died) and retries it on another worker. Sessions may set
+# their own (``SessionConfig.heartbeat_timeout_s``); this is the default. The activities
+# heartbeat ``HEARTBEATS_PER_TIMEOUT`` times per timeout (model_call.py, tool_run.py), so a
+# beat may come late by two thirds of the timeout before the attempt is wrongly given up.
+# The price, heartbeat RPCs and server CPU, is measured by tests/benchmarks/heartbeats.py.
+HEARTBEAT_TIMEOUT = timedelta(seconds=1)
+HEARTBEATS_PER_TIMEOUT = 3
+# Before issue 23, 10 s (kept for the benchmark that compares the two).
+LEGACY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
-# The activity heartbeats about once a second while the provider works (model_call.py), so
-# a dead worker's model call is noticed and retried after 10 s.
-MODEL_HEARTBEAT = timedelta(seconds=10)
+# The first retry comes 0.25 s after a failure or a lost attempt (part of the recovery time
+# after a crash); ten attempts keep the window that eight attempts from 1 s had (~2 min).
 MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(seconds=0.25),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=60),
-    maximum_attempts=8,
+    maximum_attempts=10,
     non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE, STORE_ERROR],
 )
 
 # Tool exceptions and tool timeouts are turned into error toolResults inside the activity;
 # Temporal retries only when the activity itself is lost (worker crash, heartbeat timeout).
-TOOL_HEARTBEAT = timedelta(seconds=10)
 TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
 TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(seconds=0.25),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=3,
@@ -66,3 +75,26 @@ def tool_start_to_close(timeout_s: float) -> timedelta:
         timeout_s: the tool's declared timeout, enforced inside the activity.
     """
     return timedelta(seconds=timeout_s) + TOOL_TIMEOUT_MARGIN
+
+
+def heartbeat_timeout(seconds: float | None) -> timedelta:
+    """The heartbeat timeout of a session's activities.
+
+    Args:
+        seconds: the session's own (``SessionConfig.heartbeat_timeout_s``); None: the
+            default, ``HEARTBEAT_TIMEOUT``.
+    """
+    return HEARTBEAT_TIMEOUT if seconds is None else timedelta(seconds=seconds)
+
+
+def heartbeat_every_s(timeout: timedelta | None, longest_s: float) -> float:
+    """How often an activity with this heartbeat timeout heartbeats.
+
+    Args:
+        timeout: the activity's heartbeat timeout (``activity.info().heartbeat_timeout``);
+            None when it has none.
+        longest_s: the interval when there is no timeout, and the longest one in any case.
+    """
+    if not timeout:
+        return longest_s
+    return min(longest_s, max(timeout.total_seconds() / HEARTBEATS_PER_TIMEOUT, 0.05))

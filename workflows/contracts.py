@@ -131,6 +131,10 @@ class SessionConfig(KeelModel):
             ``{"prompt": string}``; a call runs one turn of a child session.
         notify: http(s) URLs that get a JSON POST when an interrupt opens and when a turn
             ends (``workflows.notifications``); a failed POST never stops the session.
+        heartbeat_timeout_s: how long a running model call or tool run may go without a
+            heartbeat before Temporal deems its worker lost and retries it on another;
+            None: Keel's default, 1 s (``workflows.activity_options.HEARTBEAT_TIMEOUT``).
+            Each running activity heartbeats three times per timeout.
     """
 
     model: str = Field(min_length=1)
@@ -150,6 +154,7 @@ class SessionConfig(KeelModel):
     output_schema: dict[str, Any] | None = None
     agents: dict[str, SubAgent] = Field(default_factory=dict)
     notify: list[str] = Field(default_factory=list)
+    heartbeat_timeout_s: float | None = Field(default=None, ge=0.5, le=600)
 
     @field_validator("notify")
     @classmethod

@@ -25,12 +25,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_contracts import ModelRequest, ModelResponse, ToolRequest, ToolResponse
     from workflows.activity_options import (
         MODEL_ACTIVITY,
-        MODEL_HEARTBEAT,
         MODEL_RETRY,
         MODEL_START_TO_CLOSE,
         TOOL_ACTIVITY,
-        TOOL_HEARTBEAT,
         TOOL_RETRY,
+        heartbeat_timeout,
         tool_start_to_close,
     )
     from workflows.approvals import denial_text, needs_approval
@@ -293,7 +292,7 @@ class AgentSession(SubAgentSessions):
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,
-            heartbeat_timeout=MODEL_HEARTBEAT,
+            heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=MODEL_RETRY,
         )
         self._show_details()
@@ -445,7 +444,7 @@ class AgentSession(SubAgentSessions):
             ),
             result_type=ToolResponse,
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
-            heartbeat_timeout=TOOL_HEARTBEAT,
+            heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=TOOL_RETRY,
         )
         self._tool_calls[use.toolUseId] = handle
