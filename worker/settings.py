@@ -27,6 +27,9 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_HOME = ".keel"
 DEFAULT_SHUTDOWN_GRACE_S = 30.0
+# A workflow task left on a dead worker's sticky queue moves to the shared queue after this
+# (temporalio's default is 10 s; docs/guarantees.md, "Crashes").
+DEFAULT_STICKY_TIMEOUT_S = 1.0
 DEFAULT_SERVICE_NAME = "keel-worker"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -218,6 +221,9 @@ class WorkerSettings:
             their workflow tasks (default: Temporal's, 1000).
         shutdown_grace_s: ``KEEL_SHUTDOWN_GRACE_S``: after SIGTERM, how long running model
             calls and tools may finish before they are cancelled (and retried elsewhere).
+        sticky_timeout_s: ``KEEL_STICKY_TIMEOUT_S``: how long a session's workflow task waits
+            for the worker that has the session cached before any worker may take it (and
+            replay its history); this is how soon a session whose worker died goes on.
         health_port: ``KEEL_HEALTH_PORT``: serve ``/healthz`` and ``/readyz`` on this port.
         metrics_port: ``KEEL_METRICS_PORT``: serve Temporal SDK metrics in Prometheus text
             format on ``/metrics`` on this port.
@@ -235,6 +241,7 @@ class WorkerSettings:
     max_concurrent_workflow_tasks: int | None = None
     max_cached_workflows: int | None = None
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S
+    sticky_timeout_s: float = DEFAULT_STICKY_TIMEOUT_S
     health_port: int | None = None
     metrics_port: int | None = None
     otlp_endpoint: str | None = None
@@ -266,6 +273,11 @@ class WorkerSettings:
                 f"are both {health}: use two ports"
             )
         grace = source.number("KEEL_SHUTDOWN_GRACE_S")
+        sticky = source.number("KEEL_STICKY_TIMEOUT_S")
+        if sticky is not None and sticky < 0.1:
+            raise ConfigError(
+                f"{source.label('KEEL_STICKY_TIMEOUT_S')}={sticky:g} must be 0.1 s or more"
+            )
         endpoint, traces_url = source.otlp()
         log_format = (source.get("KEEL_LOG_FORMAT") or "text").lower()
         if log_format not in LOG_FORMATS:
@@ -283,6 +295,7 @@ class WorkerSettings:
             max_concurrent_workflow_tasks=source.count("KEEL_MAX_CONCURRENT_WORKFLOW_TASKS", 2),
             max_cached_workflows=source.count("KEEL_MAX_CACHED_WORKFLOWS", 0),
             shutdown_grace_s=DEFAULT_SHUTDOWN_GRACE_S if grace is None else grace,
+            sticky_timeout_s=DEFAULT_STICKY_TIMEOUT_S if sticky is None else sticky,
             health_port=health,
             metrics_port=metrics,
             otlp_endpoint=endpoint,

@@ -27,7 +27,7 @@ from worker.payloads import data_converter
 from worker.process.interceptors import KeelInterceptor
 from worker.process.sandbox import sandbox_runner
 from worker.process.stream_server import StreamConfig, stream_endpoint
-from worker.settings import Settings
+from worker.settings import DEFAULT_STICKY_TIMEOUT_S, Settings
 from workflows.session import AgentSession
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
 
 logger = logging.getLogger("keel.worker")
+BUILD_ID = "keel"
+# The SDK sends an activity's heartbeat at once unless one went out less than this ago.
+HEARTBEAT_THROTTLE = timedelta(seconds=0.1)
 
 
 async def connect(
@@ -118,10 +121,21 @@ def build_worker(
         settings = Settings.from_env()
         store = open_store(settings.store, settings.keyring())
     options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
-    # Send heartbeats (which carry streamed model text for watchers) at most once a second
-    # instead of every 0.8 x heartbeat timeout.
-    options.setdefault("max_heartbeat_throttle_interval", timedelta(seconds=1))
+    # The activities pace their own heartbeats, three per heartbeat timeout (1 s by default;
+    # workflows.activity_options): the SDK's throttle (at most 0.8 x the timeout) must not
+    # hold them back, or a late beat would leave too little margin before the timeout.
+    options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
+    # A session whose worker died has its next workflow task on that worker's sticky queue;
+    # after this long it moves to the shared queue, where any worker takes it.
+    options.setdefault(
+        "sticky_queue_schedule_to_start_timeout", timedelta(seconds=DEFAULT_STICKY_TIMEOUT_S)
+    )
     options.setdefault("workflow_runner", sandbox_runner())
+    # Without a build id, temporalio hashes the bytecode of every loaded module to make one:
+    # 0.2-1 s of a worker's start, and a fresh worker's start is part of the recovery time
+    # after a crash (docs/guarantees.md). Keel uses no worker versioning; the id only labels
+    # the workflow tasks this worker completes.
+    options.setdefault("build_id", BUILD_ID)
     options["interceptors"] = [
         *_tracing_interceptors(tracer_provider),
         *options.get("interceptors", ()),

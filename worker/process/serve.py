@@ -120,7 +120,9 @@ class _State:
 
 
 def _limits(config: WorkerSettings) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=config.sticky_timeout_s)
+    }
     if config.max_concurrent_activities is not None:
         options["max_concurrent_activities"] = config.max_concurrent_activities
     if config.max_concurrent_workflow_tasks is not None:
