@@ -16,8 +16,12 @@ and waits for the turn. Then it checks that:
 
 Figures: ``resume_s``, from the kill to the first task of the session that the new worker
 picked up (workflow or activity; observed in the history and in the pending activities), and
-``turn_s``, from the kill to the turn's completion. Dead activity attempts are noticed by their
-heartbeat timeout (``workflows.activity_options``), not their start-to-close timeout.
+``turn_s``, from the kill to the turn's completion, and ``worker_start_s``, from the new
+worker's process start to its first poll of the task queue (``resume_s`` cannot be shorter).
+Dead activity attempts are noticed by their heartbeat timeout (1 s,
+``workflows.activity_options``), workflow tasks left on the dead worker's sticky queue move
+after ``KEEL_STICKY_TIMEOUT_S`` (1 s); ``--compare`` (``compare=True``) runs each kill point
+again with the 10 s of both from before issue 23.
 """
 
 from __future__ import annotations
@@ -38,14 +42,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.store import open_store
 from tests.fault_tools import read_effects, read_runs
 from tests.helpers.scripts import write_script
 from worker.client.keel_client import KeelClient
-from workflows.activity_options import MODEL_HEARTBEAT, TOOL_ACTIVITY, TOOL_HEARTBEAT
+from workflows.activity_options import LEGACY_HEARTBEAT_TIMEOUT, TOOL_ACTIVITY
 from workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
 from workflows.messages import Message, tool_uses
 from workflows.session import AgentSession
@@ -53,8 +59,10 @@ from workflows.session import AgentSession
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = "tests.sample_tools,tests.fault_tools"
 PROMPT = "do the work"
-# A worker process needs a few seconds to start on a busy 2-core machine; retries wait 1 s.
+# A worker process needs a few seconds to start on a busy 2-core machine.
 RESTART_MARGIN_S = 15.0
+# The timeouts before issue 23 (``--legacy``): 10 s heartbeat timeout, 10 s sticky queue.
+LEGACY_STICKY_TIMEOUT_S = 10.0
 TURN_TIMEOUT_S = 150.0
 QUERY_TIMEOUT = timedelta(seconds=3)
 SCENARIO_TIMEOUT_S = 240.0
@@ -104,13 +112,18 @@ def worker_env(address: str, task_queue: str, store: Path, model_log: Path) -> d
 class WorkerProcess:
     """One worker process: ``keel worker`` (role ``both``) or a workflow/activity-only one."""
 
-    def __init__(self, env: dict[str, str], role: str, log: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], role: str, log: Path, gate: Path | None = None
+    ) -> None:
         self.role = role
-        if role == "both":
+        self.gate = gate
+        if role == "both" and gate is None:
             command = [sys.executable, "-m", "worker.cli", "worker", "--tools", TOOLS]
         else:
             command = [sys.executable, "-m", "tests.faults.worker", "--role", role]
             command += ["--tools", TOOLS]
+            if gate is not None:
+                command += ["--gate", str(gate)]
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -122,6 +135,21 @@ class WorkerProcess:
     def identity(self) -> str:
         """The worker identity Temporal records for this process (SDK default)."""
         return f"{self.proc.pid}@{socket.gethostname()}"
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        """Block until a gated (standby) worker is built and waits at its gate."""
+        assert self.gate is not None
+        deadline = time.monotonic() + timeout_s
+        while not self.gate.with_suffix(".ready").exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise ScenarioFailed(f"standby {self.role} worker did not get ready")
+            time.sleep(0.02)
+
+    def release(self) -> None:
+        """Let a gated (standby) worker poll; it counts as started now."""
+        assert self.gate is not None
+        self.gate.touch()
+        self.started_at = time.monotonic()
 
     def kill(self) -> float:
         """SIGKILL the process; returns the monotonic time of the kill."""
@@ -149,7 +177,9 @@ class Outcome:
 
     name: str
     kill_point: str
+    legacy: bool = False
     resume_s: float | None = None
+    start_s: float | None = None
     turn_s: float | None = None
     runs: int = 1
     tool_reruns: int = 0
@@ -158,21 +188,36 @@ class Outcome:
     error: str | None = None
 
     def figures(self) -> list[str]:
+        tag = f"{self.name},legacy" if self.legacy else self.name
         out = []
         if self.resume_s is not None:
-            out.append(f"fault_resume_s[{self.name}] {self.resume_s:.2f} s")
+            out.append(f"fault_resume_s[{tag}] {self.resume_s:.2f} s")
+        if self.start_s is not None:
+            out.append(f"fault_worker_start_s[{tag}] {self.start_s:.2f} s")
         if self.turn_s is not None:
-            out.append(f"fault_turn_s[{self.name}] {self.turn_s:.2f} s")
-        out.append(f"fault_tool_reruns[{self.name}] {self.tool_reruns} runs")
-        out.append(f"fault_effects_once[{self.name}] {self.effects} effects")
+            out.append(f"fault_turn_s[{tag}] {self.turn_s:.2f} s")
+        out.append(f"fault_tool_reruns[{tag}] {self.tool_reruns} runs")
+        out.append(f"fault_effects_once[{tag}] {self.effects} effects")
         return out
 
 
 class Run:
     """The session, its workers and its watch posts, for one scenario."""
 
-    def __init__(self, client: Client, address: str, workdir: Path, name: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        address: str,
+        workdir: Path,
+        name: str,
+        *,
+        legacy: bool = False,
+        standby: bool = False,
+    ) -> None:
         self.client = client
+        self.legacy = legacy
+        self.standby = standby
+        self.spares: dict[str, WorkerProcess | None] = {}
         self.name = name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -181,14 +226,19 @@ class Run:
         self.task_queue = f"fault-{name}-{uuid.uuid4().hex[:8]}"
         self.session = f"fault-{name}-{uuid.uuid4().hex[:8]}"
         self.env = worker_env(address, self.task_queue, workdir / "store", self.model_log)
+        if legacy:
+            self.env["KEEL_STICKY_TIMEOUT_S"] = str(LEGACY_STICKY_TIMEOUT_S)
         self.keel = KeelClient(client, self.task_queue, open_store(str(workdir / "store")))
         self.workers: list[WorkerProcess] = []
+        self.start_s: float | None = None
         self.responses: list[dict[str, Any]] = []
 
     # -------------------------------------------------------------- set-up
 
     def config(self, responses: list[dict[str, Any]], **options: Any) -> SessionConfig:
         self.responses = responses
+        if self.legacy:
+            options.setdefault("heartbeat_timeout_s", LEGACY_HEARTBEAT_TIMEOUT.total_seconds())
         return SessionConfig(
             model=write_script(self.workdir / "script.json", responses),
             tool_modules=["tests.sample_tools", "tests.fault_tools"],
@@ -199,9 +249,28 @@ class Run:
         return tool_use(use_id, tool, directory=str(self.effects_dir), value=use_id, **inputs)
 
     def start_worker(self, role: str = "both") -> WorkerProcess:
+        """Start a worker process; with ``standby``, the second one of a role was waiting.
+
+        In standby mode, the first worker of each role comes with a spare that is started
+        and built but does not poll (blocking until it is ready: standby mode is for
+        ``python -m tests.faults --standby``, one scenario at a time); the next call for the
+        role releases it instead of starting a process, so the resume time leaves out a
+        process's start.
+        """
+        spare = self.spares.get(role)
+        if spare is not None:
+            self.spares[role] = None
+            spare.release()
+            return spare
         log = self.workdir / f"worker-{len(self.workers)}-{role}.log"
         proc = WorkerProcess(self.env, role, log)
         self.workers.append(proc)
+        if self.standby and role not in self.spares:
+            log = self.workdir / f"worker-{len(self.workers)}-{role}-standby.log"
+            spare = WorkerProcess(self.env, role, log, gate=self.workdir / f"gate-{role}")
+            self.workers.append(spare)
+            spare.wait_ready()
+            self.spares[role] = spare
         return proc
 
     def stop_all(self) -> None:
@@ -284,12 +353,34 @@ class Run:
                         return True
         return False
 
+    async def polling(self, worker: WorkerProcess) -> bool:
+        """Whether the given worker has polled the session's task queue yet."""
+        kinds = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+        for kind in kinds:
+            response = await self.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.client.namespace,
+                    task_queue=TaskQueue(name=self.task_queue),
+                    task_queue_type=kind,
+                )
+            )
+            if any(poller.identity == worker.identity for poller in response.pollers):
+                return True
+        return False
+
     async def resume_time(self, worker: WorkerProcess, since: float) -> float:
-        """Seconds from ``since`` until ``worker`` picked up a task of the session."""
-        limit = max(MODEL_HEARTBEAT, TOOL_HEARTBEAT).total_seconds() + 2 * RESTART_MARGIN_S
+        """Seconds from ``since`` until ``worker`` picked up a task of the session.
+
+        Also notes in ``start_s`` how long the worker's process took to poll.
+        """
+        limit = LEGACY_HEARTBEAT_TIMEOUT.total_seconds() + 2 * RESTART_MARGIN_S
+        polled = asyncio.ensure_future(
+            self.until(lambda: self.polling(worker), f"{worker.role} worker to poll", limit)
+        )
         at = await self.until(
             lambda: self.picked_up_by(worker), f"{worker.role} worker to resume", limit
         )
+        self.start_s = min(await polled, at) - worker.started_at
         return at - since
 
     async def assert_no_dangling_now(self) -> SessionState:
@@ -325,6 +416,7 @@ class Run:
             self.session, turn_id, timeout_s=TURN_TIMEOUT_S, through_interrupts=True
         )
         outcome.turn_s = time.monotonic() - killed_at
+        outcome.start_s = self.start_s
         if record.status != "completed":
             raise ScenarioFailed(f"{self.name}: turn ended {record.status}: {record.error}")
         state = await self.keel.state(self.session)
@@ -519,11 +611,17 @@ async def kill_while_approval_pending(run: Run, outcome: Outcome) -> None:
 
 
 async def kill_during_continue_as_new(run: Run, outcome: Outcome) -> None:
-    """SIGKILL as soon as the session has continued as new mid-turn."""
+    """SIGKILL in the first model call of the run a mid-turn continue-as-new started.
+
+    Each model call takes 0.5 s, so the kill lands in that call, not in the workflow task
+    that scheduled it: a worker killed inside a workflow task (a few milliseconds a cycle)
+    is waited for until the task's own timeout (10 s, Temporal's default, kept because a
+    fresh worker's replay of a long run must fit in it); docs/guarantees.md says so.
+    """
     cycles = 6
     config = run.config(
-        [respond(run.effect(f"c{i}"), stop="tool_use") for i in range(cycles)]
-        + [respond(text("done"))],
+        [respond(run.effect(f"c{i}"), stop="tool_use", delay_s=0.5) for i in range(cycles)]
+        + [respond(text("done"), delay_s=0.5)],
         continue_as_new_events=20,
     )
     worker = run.start_worker()
@@ -531,10 +629,14 @@ async def kill_during_continue_as_new(run: Run, outcome: Outcome) -> None:
     handle = run.client.get_workflow_handle(run.session)
     first = (await handle.describe()).run_id
 
-    async def moved() -> bool:
-        return (await handle.describe()).run_id != first
+    async def calling_in_new_run() -> bool:
+        description = await handle.describe()
+        return description.run_id != first and any(
+            p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            for p in description.raw_description.pending_activities
+        )
 
-    await run.until(moved, "the session to continue as new")
+    await run.until(calling_in_new_run, "a model call in the run after continue-as-new")
     killed = worker.kill()
     fresh = run.start_worker()
     outcome.resume_s = await run.resume_time(fresh, killed)
@@ -635,10 +737,19 @@ async def run_scenario(
     name: str,
     body: Callable[[Run, Outcome], Awaitable[None]],
     kill_point: str,
+    *,
+    legacy: bool = False,
+    standby: bool = False,
 ) -> Outcome:
-    """Run one scenario to the end; failures are reported in the outcome, not raised."""
-    run = Run(client, address, workdir / name, name)
-    outcome = Outcome(name=name, kill_point=kill_point)
+    """Run one scenario to the end; failures are reported in the outcome, not raised.
+
+    ``legacy`` runs it with the timeouts from before issue 23 (10 s heartbeat timeout, 10 s
+    sticky queue), for a side-by-side comparison. ``standby`` has each new worker started
+    and built before the kill, polling only from the kill on (``Run.start_worker``).
+    """
+    folder = f"{name}-legacy" if legacy else name
+    run = Run(client, address, workdir / folder, name, legacy=legacy, standby=standby)
+    outcome = Outcome(name=name, kill_point=kill_point, legacy=legacy)
     try:
         await asyncio.wait_for(body(run, outcome), SCENARIO_TIMEOUT_S)
     except Exception as err:  # noqa: BLE001 - reported per scenario
@@ -665,8 +776,13 @@ async def run_all(
     random_count: int = 0,
     seed: int = 7,
     parallel: int = 4,
+    compare: bool = False,
+    standby: bool = False,
 ) -> list[Outcome]:
-    """Run kill points and a seeded random series, ``parallel`` scenarios at a time."""
+    """Run kill points and a seeded random series, ``parallel`` scenarios at a time.
+
+    With ``compare``, each kill point also runs with the legacy timeouts, right after itself.
+    """
     limit = asyncio.Semaphore(parallel)
     jobs: list[tuple[str, str, Callable[[Run, Outcome], Awaitable[None]]]] = [
         (point, point, KILL_POINTS[point]) for point in (kill_points or list(KILL_POINTS))
@@ -680,9 +796,16 @@ async def run_all(
         jobs.append((f"random-{case.seed}", f"random {case.victim}", body))
 
     async def one(
-        name: str, point: str, body: Callable[[Run, Outcome], Awaitable[None]]
+        name: str, point: str, body: Callable[[Run, Outcome], Awaitable[None]], legacy: bool
     ) -> Outcome:
         async with limit:
-            return await run_scenario(client, address, workdir, name, body, point)
+            return await run_scenario(
+                client, address, workdir, name, body, point, legacy=legacy, standby=standby
+            )
 
-    return list(await asyncio.gather(*(one(*job) for job in jobs)))
+    runs = [
+        (*job, legacy)
+        for job in jobs
+        for legacy in ((False, True) if compare and job[0] in KILL_POINTS else (False,))
+    ]
+    return list(await asyncio.gather(*(one(*job) for job in runs)))

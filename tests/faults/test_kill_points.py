@@ -1,8 +1,10 @@
 """SIGKILL a worker process at every kill point and in a seeded random series; nothing is lost.
 
 All scenarios run at once against the session's dev server (each on its own task queue, with
-its own worker processes), so the suite pays for the slowest one: a dead activity is noticed
-after its 10 s heartbeat timeout. Figures are written to
+its own worker processes), so the suite pays for the slowest one. A dead worker's work is
+handed over after about 1 s (heartbeat timeout, sticky queue; 10 s before issue 23): each kill
+point must resume within ``HANDOVER_BOUND_S`` of its new worker's first poll, a bound that
+leaves out how slowly a busy machine starts a process. Figures are written to
 ``fault-figures.txt`` in the test's temporary directory and printed (visible with ``-s``);
 ``python -m tests.faults`` runs the same scenarios one at a time for clean figures.
 
@@ -12,36 +14,21 @@ after its 10 s heartbeat timeout. Figures are written to
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.faults.harness import (
-    KILL_POINTS,
-    RESTART_MARGIN_S,
-    Outcome,
-    RandomCase,
-    random_cases,
-    run_all,
-)
-from workflows.activity_options import MODEL_HEARTBEAT, MODEL_START_TO_CLOSE, TOOL_HEARTBEAT
+from tests.faults.harness import KILL_POINTS, Outcome, RandomCase, random_cases, run_all
+from workflows.activity_options import MODEL_START_TO_CLOSE
 
 RANDOM_KILLS = int(os.environ.get("KEEL_FAULT_RANDOM", "4"))
 SEED = int(os.environ.get("KEEL_FAULT_SEED", "7"))
-# A workflow task left on a dead worker's sticky queue moves to the shared queue after this
-# (temporalio's default sticky_queue_schedule_to_start_timeout).
-STICKY_TIMEOUT = timedelta(seconds=10)
-# What each kill point must recover within: the timeout that notices the dead worker, plus
-# time for a fresh process to start and the retry's backoff.
-BOUND = {
-    "model_call": MODEL_HEARTBEAT,
-    "tool_run": TOOL_HEARTBEAT,
-    "between_tool_and_append": STICKY_TIMEOUT,
-    "approval_pending": STICKY_TIMEOUT,
-    "continue_as_new": max(MODEL_HEARTBEAT, TOOL_HEARTBEAT),
-}
+# How long after the new worker's first poll the session may go on: Temporal notices the
+# dead worker after about 1 s (a 1 s heartbeat timeout plus a 0.25 s retry backoff, or a 1 s
+# sticky queue), mostly while the new process starts. With the 10 s of both from before
+# issue 23, every kill point takes 7-10 s beyond the new worker's first poll.
+HANDOVER_BOUND_S = 5.0
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -75,9 +62,12 @@ def _explain(outcome: Outcome) -> str:
 def test_kill_point(outcomes: dict[str, Outcome], point: str) -> None:
     outcome = outcomes[point]
     assert outcome.error is None, _explain(outcome)
-    assert outcome.resume_s is not None
-    bound = BOUND[point].total_seconds() + RESTART_MARGIN_S
-    assert outcome.resume_s < bound, f"{point} resumed after {outcome.resume_s:.1f}s"
+    assert outcome.resume_s is not None and outcome.start_s is not None
+    handover = outcome.resume_s - outcome.start_s
+    assert handover < HANDOVER_BOUND_S, (
+        f"{point} resumed {outcome.resume_s:.1f}s after the kill, {handover:.1f}s after the "
+        f"new worker polled ({outcome.start_s:.1f}s to start)"
+    )
     assert outcome.resume_s < MODEL_START_TO_CLOSE.total_seconds()
 
 

@@ -8,7 +8,8 @@ by ``worker.process.assembly.build_worker``, so they carry the product's options
     python -m tests.faults.worker --role workflows|activities|both --tools MOD[,MOD]
 
 Reads ``TEMPORAL_ADDRESS``, ``KEEL_TASK_QUEUE`` and ``KEEL_STORE`` like ``keel worker``.
-SIGTERM shuts it down gracefully; the tests use SIGKILL.
+SIGTERM shuts it down gracefully; the tests use SIGKILL. ``--gate FILE`` makes a standby worker:
+started and built, it polls only once FILE exists (``python -m tests.faults --standby``).
 """
 
 from __future__ import annotations
@@ -16,18 +17,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from datetime import timedelta
+from pathlib import Path
 
 from temporalio.worker import Worker
 
 from activities.store import open_store
 from worker.process.assembly import build_worker, connect
-from worker.settings import Settings
+from worker.settings import Settings, WorkerSettings
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--role", choices=["workflows", "activities", "both"], default="both")
     parser.add_argument("--tools", default="")
+    parser.add_argument(
+        "--gate",
+        type=Path,
+        default=None,
+        help="start, then write GATE.ready and poll only once the file GATE exists",
+    )
     args = parser.parse_args()
     settings = Settings.from_env()
     assert settings.address, "TEMPORAL_ADDRESS must be set"
@@ -39,6 +48,9 @@ async def main() -> None:
     built = build_worker(template, settings.task_queue, modules, store=open_store(settings.store))
     config = built.config()
     config.pop("client", None)
+    # as serve.py does for ``keel worker``
+    sticky = WorkerSettings.load().sticky_timeout_s
+    config["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=sticky)
     if args.role == "workflows":
         config["activities"] = []
         config.pop("activity_executor", None)
@@ -49,8 +61,19 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if args.gate is not None:
+        await _wait_at(args.gate, stop)
+    if stop.is_set():
+        return
     async with worker:
         await stop.wait()
+
+
+async def _wait_at(gate: Path, stop: asyncio.Event) -> None:
+    """Say this worker is ready, then wait until ``gate`` exists (or a stop signal)."""
+    gate.with_suffix(".ready").touch()
+    while not gate.exists() and not stop.is_set():
+        await asyncio.sleep(0.005)
 
 
 if __name__ == "__main__":

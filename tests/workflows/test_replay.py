@@ -93,3 +93,21 @@ async def test_fresh_history_replays_and_catches_a_change(
     await _replayer(AgentSession).replay_workflow(history)
     with pytest.raises(NondeterminismError):
         await _replayer(ReorderedSession).replay_workflow(history)
+
+
+async def test_other_activity_timeouts_and_retries_still_replay() -> None:
+    """Heartbeat timeouts and retry policies are settings, not workflow code.
+
+    A session recorded with other values (here: Keel's before issue 23, a 10 s heartbeat
+    timeout and retries from 1 s, eight attempts) replays against today's code, which asks
+    for 2.5 s (the session's own) and 0.25 s: temporalio compares an activity's id and type
+    on replay, not its options. So changing these defaults never needs a patch.
+    """
+    text = (HISTORIES / "session_heartbeat_timeout.json").read_text()
+    assert '"heartbeatTimeout": "2.500s"' in text and '"initialInterval": "0.250s"' in text
+    legacy = (
+        text.replace('"heartbeatTimeout": "2.500s"', '"heartbeatTimeout": "10s"')
+        .replace('"initialInterval": "0.250s"', '"initialInterval": "1s"')
+        .replace('"maximumAttempts": 10', '"maximumAttempts": 8')
+    )
+    await _replayer(AgentSession).replay_workflow(WorkflowHistory.from_json("legacy", legacy))

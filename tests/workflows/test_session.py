@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 
@@ -534,3 +535,39 @@ async def test_token_budget_ends_turn_and_refuses_prompts(
     assert second.cycles == 1 and len(model_log()) == 2
     assert state.usage.totalTokens == 40
     no_dangling(state.messages)
+
+
+async def test_activities_carry_the_sessions_heartbeat_timeout(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    """A dead worker's model call or tool run is retried after the session's heartbeat timeout.
+
+    1 s unless the session sets its own; the first retry comes 0.25 s later.
+    """
+    responses = [respond(tool_use("t1", "echo", text="hi"), stop="tool_use"), respond(text("ok"))]
+    own, default = sid(), sid()
+    async with run_worker():
+        for session, config in (
+            (own, script(responses, heartbeat_timeout_s=2.5)),
+            (default, script(responses)),
+        ):
+            record = await keel.run(session, "go", config=config, timeout_s=30)
+            assert record.status == "completed"
+    await save_history(keel.client, own, "session_heartbeat_timeout")
+    for session, seconds in ((own, 2.5), (default, 1.0)):
+        history = await keel.client.get_workflow_handle(session).fetch_history()
+        scheduled = [
+            e.activity_task_scheduled_event_attributes
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert [a.activity_type.name for a in scheduled] == [
+            "keel.model.converse",
+            "keel.tool.run",
+            "keel.model.converse",
+        ]
+        assert {a.heartbeat_timeout.ToTimedelta().total_seconds() for a in scheduled} == {seconds}
+        backoffs = {a.retry_policy.initial_interval.ToTimedelta() for a in scheduled}
+        assert {b.total_seconds() for b in backoffs} == {0.25}
+    with pytest.raises(ValidationError, match="heartbeat_timeout_s"):
+        SessionConfig(model="scripted:x.json", heartbeat_timeout_s=0.1)
