@@ -40,8 +40,8 @@ from workflows.messages import tool_uses
 if TYPE_CHECKING:
     from activities.mcp.servers import McpServers
 
-# At most this long between heartbeats; with Keel's 1 s heartbeat timeout a running call
-# beats three times a second (``workflows.activity_options.heartbeat_every_s``).
+# At most this long between heartbeats; with Keel's 2 s heartbeat timeout a running call
+# beats every 0.67 s (``workflows.activity_options.heartbeat_every_s``).
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`)
 # that cannot reach the worker's stream endpoint, and the endpoint's address and token: they

@@ -24,8 +24,10 @@ NOTIFY_REFUSED = "KeelNotifyRefused"
 # their own (``SessionConfig.heartbeat_timeout_s``); this is the default. The activities
 # heartbeat ``HEARTBEATS_PER_TIMEOUT`` times per timeout (model_call.py, tool_run.py), so a
 # beat may come late by two thirds of the timeout before the attempt is wrongly given up.
-# The price, heartbeat RPCs and server CPU, is measured by tests/benchmarks/heartbeats.py.
-HEARTBEAT_TIMEOUT = timedelta(seconds=1)
+# The price, heartbeat RPCs and server CPU, is measured by tests/benchmarks/heartbeats.py:
+# at 200 sessions on one worker and a 2-core dev server, 1 s lost hundreds of attempts to
+# late beats; 2 s lost none (docs/performance.md, "Crash recovery").
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HEARTBEATS_PER_TIMEOUT = 3
 # Before issue 23, 10 s (kept for the benchmark that compares the two).
 LEGACY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)

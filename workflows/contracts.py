@@ -133,7 +133,7 @@ class SessionConfig(KeelModel):
             ends (``workflows.notifications``); a failed POST never stops the session.
         heartbeat_timeout_s: how long a running model call or tool run may go without a
             heartbeat before Temporal deems its worker lost and retries it on another;
-            None: Keel's default, 1 s (``workflows.activity_options.HEARTBEAT_TIMEOUT``).
+            None: Keel's default, 2 s (``workflows.activity_options.HEARTBEAT_TIMEOUT``).
             Each running activity heartbeats three times per timeout.
     """
 

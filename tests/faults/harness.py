@@ -18,7 +18,7 @@ Figures: ``resume_s``, from the kill to the first task of the session that the n
 picked up (workflow or activity; observed in the history and in the pending activities), and
 ``turn_s``, from the kill to the turn's completion, and ``worker_start_s``, from the new
 worker's process start to its first poll of the task queue (``resume_s`` cannot be shorter).
-Dead activity attempts are noticed by their heartbeat timeout (1 s,
+Dead activity attempts are noticed by their heartbeat timeout (2 s,
 ``workflows.activity_options``), workflow tasks left on the dead worker's sticky queue move
 after ``KEEL_STICKY_TIMEOUT_S`` (1 s); ``--compare`` (``compare=True``) runs each kill point
 again with the 10 s of both from before issue 23.

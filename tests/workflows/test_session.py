@@ -542,7 +542,7 @@ async def test_activities_carry_the_sessions_heartbeat_timeout(
 ) -> None:
     """A dead worker's model call or tool run is retried after the session's heartbeat timeout.
 
-    1 s unless the session sets its own; the first retry comes 0.25 s later.
+    2 s unless the session sets its own; the first retry comes 0.25 s later.
     """
     responses = [respond(tool_use("t1", "echo", text="hi"), stop="tool_use"), respond(text("ok"))]
     own, default = sid(), sid()
@@ -554,7 +554,7 @@ async def test_activities_carry_the_sessions_heartbeat_timeout(
             record = await keel.run(session, "go", config=config, timeout_s=30)
             assert record.status == "completed"
     await save_history(keel.client, own, "session_heartbeat_timeout")
-    for session, seconds in ((own, 2.5), (default, 1.0)):
+    for session, seconds in ((own, 2.5), (default, 2.0)):
         history = await keel.client.get_workflow_handle(session).fetch_history()
         scheduled = [
             e.activity_task_scheduled_event_attributes

@@ -121,7 +121,7 @@ def build_worker(
         settings = Settings.from_env()
         store = open_store(settings.store, settings.keyring())
     options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
-    # The activities pace their own heartbeats, three per heartbeat timeout (1 s by default;
+    # The activities pace their own heartbeats, three per heartbeat timeout (2 s by default;
     # workflows.activity_options): the SDK's throttle (at most 0.8 x the timeout) must not
     # hold them back, or a late beat would leave too little margin before the timeout.
     options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
