@@ -3,7 +3,7 @@
 ``python -m tests.benchmarks.heartbeats`` prints the price of quick crash recovery, legacy
 timeouts against today's. Here it runs with two sessions: every figure comes for both sides
 and as their ratio, every turn completes, and the server counted more heartbeats per running
-tool under today's 1 s heartbeat timeout than under the legacy 10 s one.
+tool under today's 2 s heartbeat timeout than under the legacy 10 s one.
 """
 
 from __future__ import annotations
@@ -30,6 +30,6 @@ async def test_heartbeat_benchmark_prints_both_sides_and_their_ratio() -> None:
         assert f"{figure}[new/legacy]" in figures  # inf when the legacy side counted none
     assert figures["failed_turns[legacy]"] == figures["failed_turns[new]"] == 0
     assert figures["running_activities[tool][new]"] > 0
-    # a tool beats every 3.3 s under the legacy timeout, three times a second today
+    # a tool beats every 3.3 s under the legacy timeout, every 0.67 s today
     rates = figures["heartbeat_rpcs_per_activity_s[tool][new]"]
     assert rates > figures["heartbeat_rpcs_per_activity_s[tool][legacy]"]
