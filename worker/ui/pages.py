@@ -6,7 +6,9 @@ to actions (``worker.ui.actions``) send the same parts again, rendered by the sa
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -16,6 +18,8 @@ from worker.ui.access import Visit
 from worker.ui.context import SESSION_PARTS, UiContext
 from worker.ui.problems import problem
 from worker.ui.views import SessionRow, SessionView, session_rows, session_view
+
+T = TypeVar("T")
 
 # Sessions the list shows at most.
 LIST_LIMIT = 50
@@ -60,20 +64,40 @@ def render_rows(ui: UiContext, rows: list[SessionRow]) -> str:
     return ui.render("_sessions.html", rows=rows)
 
 
-async def sessions_page(ui: UiContext, request: Request, visit: Visit) -> Response:
-    """``GET /``: the sessions, waiting ones first, updated live."""
-    table, banner, status = "", None, 200
+async def _read_or_banner(read: Awaitable[T]) -> tuple[T | None, str | None, int]:
+    """What a page shows, or (when reading it failed in a way ``problem`` knows) its banner.
+
+    Returns:
+        The value read (None on a known failure), the banner (None on success), and the
+        page's HTTP status.
+
+    Raises:
+        Exception: a failure ``problem`` does not know, as it was.
+    """
     try:
-        keel = await ui.source.get()
-        table = render_rows(ui, await session_rows_of(keel))
+        return await read, None, 200
     except Exception as err:
         known = problem(err)
         if known is None:
             raise
         status, banner = known
+        return None, banner, status
+
+
+async def _sessions_table(ui: UiContext) -> str:
+    return render_rows(ui, await session_rows_of(await ui.source.get()))
+
+
+async def _session_parts(ui: UiContext, session: str, visit: Visit) -> SessionParts:
+    return await render_session(ui, await ui.source.get(), session, visit)
+
+
+async def sessions_page(ui: UiContext, request: Request, visit: Visit) -> Response:
+    """``GET /``: the sessions, waiting ones first, updated live."""
+    table, banner, status = await _read_or_banner(_sessions_table(ui))
     html = ui.render(
         "sessions.html",
-        table=table,
+        table=table or "",
         banner=banner,
         csrf=visit.csrf,
         name=visit.name,
@@ -86,16 +110,7 @@ async def sessions_page(ui: UiContext, request: Request, visit: Visit) -> Respon
 async def session_page(ui: UiContext, request: Request, visit: Visit) -> Response:
     """``GET /sessions/{id}``: the conversation, pending interrupts, usage, controls."""
     session = request.path_params["session"]
-    parts: SessionParts | None = None
-    banner, status = None, 200
-    try:
-        keel = await ui.source.get()
-        parts = await render_session(ui, keel, session, visit)
-    except Exception as err:
-        known = problem(err)
-        if known is None:
-            raise
-        status, banner = known
+    parts, banner, status = await _read_or_banner(_session_parts(ui, session, visit))
     html = ui.render(
         "session.html",
         session=session,
