@@ -14,6 +14,9 @@ import asyncio
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
@@ -24,7 +27,7 @@ from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server, run_histories
 from worker.client.keel_client import KeelClient
 from worker.process.assembly import build_worker
-from workflows.contracts import SessionConfig
+from workflows.contracts import SessionConfig, TurnRecord
 
 RESULT_BYTES = 2048
 
@@ -34,6 +37,35 @@ async def history_of(client: Client, session: str) -> tuple[int, int, int]:
     runs = await run_histories(client, session)
     events = [e for h in runs for e in h.events]
     return sum(e.ByteSize() for e in events), len(events), len(runs)
+
+
+@dataclass(frozen=True)
+class LoopSession:
+    """A session of a scripted tool loop, on a worker of ``tests.sample_tools``."""
+
+    keel: KeelClient
+    session: str
+    config: SessionConfig
+
+    async def run(self, timeout_s: float) -> TurnRecord:
+        """The loop's one turn, to its end."""
+        return await self.keel.run(self.session, "loop", config=self.config, timeout_s=timeout_s)
+
+
+@asynccontextmanager
+async def loop_session(
+    client: Client, workdir: Path, model: str, name: str
+) -> AsyncIterator[LoopSession]:
+    """A worker on a fresh task queue (store under ``workdir``) and a new session named ``name-…``.
+
+    The history benchmark and the history and replay profilers run their loops this way.
+    """
+    store = open_store(str(workdir / "store"))
+    queue = f"{name}-{uuid.uuid4().hex[:8]}"
+    config = SessionConfig(model=model, tool_modules=["tests.sample_tools"])
+    async with build_worker(client, queue, ["tests.sample_tools"], store=store):
+        session = f"{name}-{uuid.uuid4().hex[:6]}"
+        yield LoopSession(KeelClient(client, queue, store), session, config)
 
 
 def script(path: Path, cycles: int) -> str:
@@ -52,22 +84,15 @@ def script(path: Path, cycles: int) -> str:
 
 
 async def measure(client: Client, cycles: int, workdir: Path) -> None:
-    store = open_store(str(workdir / "store"))
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    keel = KeelClient(client, queue, store)
-    config = SessionConfig(
-        model=script(workdir / f"script-{cycles}.json", cycles),
-        tool_modules=["tests.sample_tools"],
-    )
-    session = f"history-{cycles}-{uuid.uuid4().hex[:6]}"
+    model = script(workdir / f"script-{cycles}.json", cycles)
     started = time.monotonic()
-    async with build_worker(client, queue, ["tests.sample_tools"], store=store):
-        record = await keel.run(session, "loop", config=config, timeout_s=3600)
-        state = await keel.state(session)
+    async with loop_session(client, workdir, model, f"history-{cycles}") as loop:
+        record = await loop.run(timeout_s=3600)
+        state = await loop.keel.state(loop.session)
     elapsed = time.monotonic() - started
     assert record.status == "completed", record.error
     conversation = sum(len(canonical_json(m.model_dump(mode="json"))) for m in state.messages)
-    size, events, runs = await history_of(client, session)
+    size, events, runs = await history_of(client, loop.session)
     print(f"history_bytes[cycles={cycles}] {size} bytes")
     print(f"history_events[cycles={cycles}] {events} events")
     print(f"history_runs[cycles={cycles}] {runs} runs")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
-import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,12 +26,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from activities.store import open_store
-from tests.benchmarks.history import script
+from tests.benchmarks.history import loop_session, script
 from tests.helpers.temporal import dev_server, run_histories
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker
-from workflows.contracts import SessionConfig
 
 
 @dataclass
@@ -92,18 +87,11 @@ def show(events: list[HistoryEvent], kind: str) -> None:
 
 async def record(client: Client, cycles: int, workdir: Path) -> list[HistoryEvent]:
     """Every event of every run of one session of ``cycles`` tool cycles (2 KB each)."""
-    store = open_store(str(workdir / "store"))
-    queue = f"profile-{uuid.uuid4().hex[:8]}"
-    keel = KeelClient(client, queue, store)
-    config = SessionConfig(
-        model=script(workdir / f"script-{cycles}.json", cycles),
-        tool_modules=["tests.sample_tools"],
-    )
-    session = f"profile-{cycles}-{uuid.uuid4().hex[:6]}"
-    async with build_worker(client, queue, ["tests.sample_tools"], store=store):
-        done = await keel.run(session, "loop", config=config, timeout_s=3600)
+    model = script(workdir / f"script-{cycles}.json", cycles)
+    async with loop_session(client, workdir, model, f"profile-{cycles}") as loop:
+        done = await loop.run(timeout_s=3600)
     assert done.status == "completed", done.error
-    return [e for h in await run_histories(client, session) for e in h.events]
+    return [e for h in await run_histories(client, loop.session) for e in h.events]
 
 
 def report(rows: dict[str, Row], cycles: int) -> list[str]:

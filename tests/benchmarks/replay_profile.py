@@ -19,21 +19,17 @@ import pstats
 import statistics
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from activities.store import open_store
+from tests.benchmarks.history import loop_session
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
-from worker.client.keel_client import KeelClient
 from worker.payloads import DATA_CONVERTER
-from worker.process.assembly import build_worker
 from worker.process.sandbox import sandbox_runner
-from workflows.contracts import SessionConfig
 from workflows.session import AgentSession
 
 RESULT_SIZE = 512
@@ -52,19 +48,13 @@ def script(path: Path, cycles: int) -> str:
 
 async def record(client: Client, cycles: int, workdir: Path) -> WorkflowHistory:
     """The history of one closed session of ``cycles`` tool cycles."""
-    store = open_store(str(workdir / "store"))
-    queue = f"replay-{uuid.uuid4().hex[:8]}"
-    keel = KeelClient(client, queue, store)
-    config = SessionConfig(
-        model=script(workdir / "script.json", cycles), tool_modules=["tests.sample_tools"]
-    )
-    session = f"replay-{cycles}-{uuid.uuid4().hex[:6]}"
-    async with build_worker(client, queue, ["tests.sample_tools"], store=store):
-        done = await keel.run(session, "loop", config=config, timeout_s=600)
+    model = script(workdir / "script.json", cycles)
+    async with loop_session(client, workdir, model, f"replay-{cycles}") as loop:
+        done = await loop.run(timeout_s=600)
         assert done.status == "completed", done.error
-        await keel.close(session)
-        await client.get_workflow_handle(session).result()
-    return await client.get_workflow_handle(session).fetch_history()
+        await loop.keel.close(loop.session)
+        await client.get_workflow_handle(loop.session).result()
+    return await client.get_workflow_handle(loop.session).fetch_history()
 
 
 def replayer(executor: ThreadPoolExecutor | None = None) -> Replayer:
