@@ -18,7 +18,8 @@ Rooms, one concern each:
 - ``worker.cli``: the ``keel`` command;
 - ``worker.server``: where a command's Temporal comes from: a configured server or the
   embedded dev server;
-- ``worker.settings`` and ``worker.payloads`` (the data converter), shared by all of them.
+- ``worker.settings``, ``worker.payloads`` (the data converter) and ``worker.shell`` (the
+  commands printed for a person to copy, and the session id rule), shared by all of them.
 """
 
 from worker.client import (

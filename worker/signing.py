@@ -17,6 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from workflows.signing import PUBLIC_KEY_PREFIX, fingerprint, signed_message
 
+# A PEM Ed25519 private key is about 120 bytes; no more than this is read of a key file.
+MAX_KEY_FILE_BYTES = 64 * 1024
+
 
 class ApproverKeyError(ValueError):
     """A private key file cannot be written or read."""
@@ -65,9 +68,14 @@ class ApproverKey:
             ApproverKeyError: missing, unreadable, or not an Ed25519 private key.
         """
         try:
-            data = Path(path).read_bytes()
+            with Path(path).open("rb") as file:
+                data = file.read(MAX_KEY_FILE_BYTES + 1)
         except OSError as err:
             raise ApproverKeyError(f"cannot read approver key {path}: {err.strerror}") from None
+        if len(data) > MAX_KEY_FILE_BYTES:
+            raise ApproverKeyError(
+                f"{path} is not a PEM private key: over {MAX_KEY_FILE_BYTES:,} bytes"
+            )
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as err:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 import signal
 import sys
 import threading
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from worker.client.keel_client import SessionSummary
+from worker.shell import command
 from workflows.contracts import Interrupt, SessionState, TurnRecord
 from workflows.cycle import text_of
 
@@ -69,11 +69,18 @@ def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
         print(f"  id:    {interrupt.id}")
         print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
-        if interrupt.kind == "question":
-            print(f"  keel respond {session} {interrupt.id} '<answer: JSON or text>'")
-        else:
-            print(f"  keel approve {session} {interrupt.id}")
-            print(f"  keel deny {session} {interrupt.id} --reason '...'")
+        for line in decide_commands(session, interrupt):
+            print(f"  {line}")
+
+
+def decide_commands(session: str, interrupt: Interrupt) -> list[str]:
+    """The commands that decide an interrupt, quoted for a shell (see ``worker.shell``)."""
+    if interrupt.kind == "question":
+        return [command("keel", "respond", session, interrupt.id, "<answer: JSON or text>")]
+    return [
+        command("keel", "approve", session, interrupt.id),
+        command("keel", "deny", session, interrupt.id) + " --reason '...'",
+    ]
 
 
 def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
@@ -101,16 +108,24 @@ def detached_json(session: str, turn_id: int) -> dict[str, Any]:
 
 def print_where(session: str) -> None:
     """Tell on stderr which session a turn ran in, and the commands that go on with it."""
-    quoted = shlex.quote(session)
     commands = [
-        (f"keel run --session {quoted} PROMPT", "the next turn"),
-        (f"keel watch {quoted}", "follow it live"),
-        (f"keel show {quoted}", "the conversation and its usage"),
+        (command("keel", "run", "--session", session) + " PROMPT", "the next turn"),
+        (command("keel", "watch", session), "follow it live"),
+        (command("keel", "show", session), "the conversation and its usage"),
     ]
-    width = max(len(command) for command, _ in commands)
+    width = max(len(line) for line, _ in commands)
     print(f"session {session}; go on with:", file=sys.stderr)
-    for command, what in commands:
-        print(f"  {command.ljust(width)}  {what}", file=sys.stderr)
+    for line, what in commands:
+        print(f"  {line.ljust(width)}  {what}", file=sys.stderr)
+
+
+def print_detached(session: str, turn_id: int) -> None:
+    """Tell on stderr that a detached turn runs, and the commands that follow it."""
+    print(
+        f"turn {turn_id} of session {session} runs; `{command('keel', 'wait', session)}` "
+        f"prints its result, `{command('keel', 'watch', session)}` follows it",
+        file=sys.stderr,
+    )
 
 
 def show_json(state: SessionState) -> dict[str, Any]:

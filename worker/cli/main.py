@@ -44,6 +44,7 @@ from worker.client.schedules import ScheduleNotFound
 from worker.server.connection import TemporalUnreachable
 from worker.server.devserver import DevServerError
 from worker.settings import ConfigError, Settings
+from worker.shell import session_id_problem
 from worker.signing import ApproverKeyError
 from worker.ui import DEFAULT_HOST, DEFAULT_PORT, UiBindError
 
@@ -62,6 +63,14 @@ _INVALID = (
 )
 # Failures of what the command needs (Temporal, a worker, the store): exit 1.
 _FAILED = (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
+
+
+def _session_id(value: str) -> str:
+    """A SESSION argument (``--session`` too): refused, naming the rule, unless a session id."""
+    problem = session_id_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
     run.add_argument("prompt", nargs="+", help="the prompt text")
-    run.add_argument("--session", help="session id (default: a new one)")
+    run.add_argument(
+        "--session", type=_session_id, help="session id (default: a new one)"
+    )
     add_session_flags(run)
     _mcp_flag(run)
     run.add_argument("--messages", help="JSON file of history to import into a new session")
@@ -135,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Wait until the session's latest turn ends or needs a person, then print "
         "what `keel run` would have printed, with the same exit codes; 124 on --timeout.",
     )
-    wait.add_argument("session")
+    wait.add_argument("session", type=_session_id)
     wait.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up after this long (exit 124)"
     )
@@ -193,13 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("pending", cmd_pending, "show what a session's running turn waits on"),
     ):
         cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("session")
+        cmd.add_argument("session", type=_session_id)
         cmd.add_argument("--json", action="store_true", help="print JSON")
         cmd.set_defaults(handler=handler)
 
     for name, decision in (("approve", "approve"), ("deny", "deny")):
         cmd = sub.add_parser(name, help=f"{name} a pending interrupt, then wait like run")
-        cmd.add_argument("session")
+        cmd.add_argument("session", type=_session_id)
         cmd.add_argument("id", help="the interrupt id (see keel pending)")
         cmd.add_argument("--reason", help="why; the model sees it when denied")
         cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
@@ -208,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.set_defaults(handler=cmd_decide, decision=decision)
 
     answer = sub.add_parser("respond", help="answer a tool's question, then wait like run")
-    answer.add_argument("session")
+    answer.add_argument("session", type=_session_id)
     answer.add_argument("id", help="the question's interrupt id (see keel pending)")
     answer.add_argument("value", help="the answer: JSON if it parses as JSON, else text")
     answer.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
@@ -263,18 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
     ui.set_defaults(handler=cmd_ui)
 
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
-    steer.add_argument("session")
+    steer.add_argument("session", type=_session_id)
     steer.add_argument("text", nargs="+")
     steer.set_defaults(handler=cmd_steer)
 
     cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
-    cancel.add_argument("session")
+    cancel.add_argument("session", type=_session_id)
     cancel.add_argument("--reason", default="cancelled by user")
     _waiting_flags(cancel)
     cancel.set_defaults(handler=cmd_cancel)
 
     watch = sub.add_parser("watch", help="follow a session's events live")
-    watch.add_argument("session")
+    watch.add_argument("session", type=_session_id)
     watch.add_argument(
         "--since", type=int, default=0, metavar="N", help="skip the first N events (default 0)"
     )
@@ -297,7 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run one ``keel`` command in this process; returns its exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    undecodable = _undecodable(parser, args)
+    if undecodable is not None:
+        return _fail(EXIT_INVALID, undecodable, verbose=args.verbose)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -327,6 +342,44 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             f"unexpected error: {type(err).__name__}: {err} (run `keel -v ...` for details)",
             verbose=args.verbose,
         )
+
+
+def _undecodable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The first argument that is not text, in words; None when every one is.
+
+    An argument holding bytes that are not UTF-8 (such as byte 0xff) reaches Python as
+    lone surrogates, which nothing can send: it is refused here, naming it, before anything
+    is read or sent.
+    """
+    names = _argument_names(parser, args)
+    for dest, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                byte = text[err.start].encode("utf-8", "surrogateescape")
+                name = names.get(dest, dest)
+                return f"{name} is not valid UTF-8 text (byte {byte!r} at character {err.start})"
+    return None
+
+
+def _argument_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """How the chosen command names each of its arguments: ``--system``, ``the prompt``."""
+    names: dict[str, str] = {}
+    current: argparse.ArgumentParser | None = parser
+    while current is not None:
+        chosen = None
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest or "", None) or "")
+            elif action.option_strings:
+                names[action.dest] = max(action.option_strings, key=len)
+            else:
+                names[action.dest] = f"the {action.dest.replace('_', ' ')} argument"
+        current = chosen
+    return names
 
 
 def _fail(code: int, message: str, *, verbose: bool) -> int:

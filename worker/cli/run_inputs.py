@@ -22,13 +22,22 @@ from worker.client.agent_files import AgentFile, AgentFileError, load_agent_file
 from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from workflows.boundary import InputRejected, normalise_history
 from workflows.contracts import SessionConfig
-from workflows.messages import Message
+from workflows.ledger import SessionInput
+from workflows.messages import Message, text_block
 from workflows.signing import BadSignature, public_key_bytes
 
 
 class UsageError(Exception):
     """Invalid input on the command line; exit 2 with this message."""
 
+
+# The most a session's start input (settings, imported conversation, prompt) may take
+# encoded: Temporal takes at most 2 MB in one payload; what is left is for the settings and
+# the encryption's few bytes.
+MAX_START_BYTES = 1_500_000
+# The most a JSON Schema file may take (``--output-schema``).
+MAX_SCHEMA_BYTES = 1_000_000
+_MESSAGES = TypeAdapter(list[Message])
 
 # The ``keel run`` flag of each SessionConfig field, to name it when a value is invalid.
 _FLAGS = {
@@ -102,19 +111,61 @@ def validation_summary(err: ValidationError, names: dict[str, str] | None = None
     return "; ".join(problems)
 
 
+def read_text_file(flag: str, path: str, limit: int) -> str:
+    """A file named on the command line, as text: at most ``limit`` bytes of UTF-8.
+
+    At most ``limit + 1`` bytes are read, so a huge file (or ``/dev/zero``) costs nothing.
+
+    Raises:
+        UsageError: naming the flag and the file: unreadable, over the limit, or not UTF-8.
+    """
+    where = local_path(path)
+    try:
+        with where.open("rb") as file:
+            data = file.read(limit + 1)
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot read {where}: {err.strerror or err}") from err
+    if len(data) > limit:
+        raise UsageError(f"{flag} {path}: the file is over the limit of {limit:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"{flag} {path}: not UTF-8 text (byte {data[err.start : err.start + 1]!r} at "
+            f"offset {err.start})"
+        ) from None
+
+
+def _json_file(flag: str, path: str, limit: int) -> Any:
+    """The JSON value of a file named on the command line (see ``read_text_file``).
+
+    Raises:
+        UsageError: the file's problem, or JSON that is not valid, or that holds text no
+            UTF-8 can carry (an escaped lone surrogate).
+    """
+    try:
+        value = json.loads(read_text_file(flag, path, limit))
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{flag} {path}: not valid JSON: {err}") from err
+    except RecursionError:
+        raise UsageError(f"{flag} {path}: nested too deeply to read") from None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UsageError(
+            f"{flag} {path}: holds text that is not valid Unicode ({err.object[err.start]!a})"
+        ) from None
+    return value
+
+
 def read_messages(path: str) -> list[Message]:
     """Read a conversation to import: a JSON list of messages or ``{"messages": [...]}``.
 
     Raises:
-        UsageError: naming the file and what is wrong with it.
+        UsageError: naming the file and what is wrong with it; a conversation over
+            ``MAX_START_BYTES`` encoded.
     """
-    where = local_path(path)
-    try:
-        raw = json.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--messages {path}: cannot read {where}: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--messages {path}: not valid JSON: {err}") from err
+    raw = _json_file("--messages", path, MAX_START_BYTES)
     if isinstance(raw, dict) and "messages" in raw:
         raw = raw["messages"]
     try:
@@ -126,7 +177,35 @@ def read_messages(path: str) -> list[Message]:
         ) from err
     except InputRejected as err:
         raise UsageError(f"--messages {path}: {err}") from err
+    size = len(_MESSAGES.dump_json(messages))
+    if size > MAX_START_BYTES:
+        raise UsageError(
+            f"--messages {path}: the conversation is {size:,} bytes encoded, over the limit "
+            f"of {MAX_START_BYTES:,} bytes (Temporal takes at most 2 MB in one payload)"
+        )
     return messages
+
+
+def check_start_size(
+    config: SessionConfig, messages: Sequence[Message], prompt: str, messages_file: str | None
+) -> None:
+    """Refuse a session start that Temporal would refuse for its size, before sending it.
+
+    The start input carries the settings, the imported conversation and (``--detach``) the
+    prompt, in one payload, which Temporal takes up to 2 MB: at most ``MAX_START_BYTES``.
+
+    Raises:
+        UsageError: naming what is large and the limit.
+    """
+    start = SessionInput(config=config, messages=list(messages), prompt=[text_block(prompt)])
+    size = len(start.model_dump_json())
+    if size > MAX_START_BYTES:
+        parts = ["the settings", "the prompt"] + ([f"--messages {messages_file}"] * bool(messages))
+        raise UsageError(
+            f"{', '.join(parts)} come to {size:,} bytes encoded, over the limit of "
+            f"{MAX_START_BYTES:,} bytes for what starts a session (Temporal takes at most 2 MB "
+            "in one payload)"
+        )
 
 
 def new_session_config(
@@ -201,13 +280,7 @@ def read_output_schema(path: str | None) -> dict[str, Any] | None:
     """
     if path is None:
         return None
-    where = local_path(path)
-    try:
-        schema = json.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"--output-schema {path}: cannot read {where}: {err}") from err
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--output-schema {path}: not valid JSON: {err}") from err
+    schema = _json_file("--output-schema", path, MAX_SCHEMA_BYTES)
     try:
         check_output_schema(schema)
     except OutputSchemaError as err:

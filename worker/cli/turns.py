@@ -11,7 +11,6 @@ import asyncio
 import getpass
 import json
 import os
-import shlex
 import sys
 import uuid
 from typing import TextIO
@@ -23,6 +22,7 @@ from worker.cli.console import (
     ask_question,
     detached_json,
     parse_answer,
+    print_detached,
     print_turn,
     print_where,
 )
@@ -31,6 +31,7 @@ from worker.cli.run_inputs import (
     UsageError,
     agent_modules,
     check_model,
+    check_start_size,
     mcp_servers,
     new_session_config,
     read_agent,
@@ -43,9 +44,11 @@ from worker.client import KeelClient, RequestRejected
 from worker.client.calls import pollers
 from worker.server.connection import open_connection
 from worker.settings import Settings
+from worker.shell import session_id_problem
 from worker.signing import ApproverKey, generate_key
+from workflows.boundary import InputRejected, validate_prompt
 from workflows.contracts import SessionConfig
-from workflows.messages import Message
+from workflows.messages import Message, text_block
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -53,6 +56,10 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     prompt = " ".join(args.prompt).strip()
     if not prompt:
         raise UsageError("the prompt is empty")
+    try:  # before anything is sent, as KeelClient and the session would
+        validate_prompt("user", [text_block(prompt)])
+    except InputRejected as err:
+        raise UsageError(f"the prompt: {err}") from None
     messages = read_messages(args.messages) if args.messages else []
     modules = tool_modules(args.tools)
     servers = mcp_servers(args.mcp)
@@ -79,9 +86,13 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 )
             modules = modules or (await keel.config(session)).tool_modules
         else:
+            problem = session_id_problem(session, new=True)
+            if problem is not None:
+                raise UsageError(f"--session: {problem}")
             config = new_session_config(args, model, agent)
             check_model(config.model, local=connection.embedded)
             config = config.model_copy(update={"model": sendable_model(config.model)})
+            check_start_size(config, messages, prompt, args.messages)
             modules = modules or agent_modules(agent)
         if args.detach:
             return await _detach(keel, session, prompt, config, messages, args)
@@ -128,12 +139,7 @@ async def _detach(
     workers = await pollers(keel.client, await keel.session_task_queue(session))
     if workers.none:
         print(f"keel: note: {workers}; the turn starts once a worker polls it", file=sys.stderr)
-    quoted = shlex.quote(session)
-    print(
-        f"turn {ack.turn_id} of session {session} runs; `keel wait {quoted}` prints its "
-        f"result, `keel watch {quoted}` follows it",
-        file=sys.stderr,
-    )
+    print_detached(session, ack.turn_id)
     return EXIT_OK
 
 

@@ -27,6 +27,8 @@ from workflows.structured import OUTPUT_TOOL
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
 MAX_AGENT_DEPTH = 2
 # Sub-agents are offered to the model as tools: their names must be tool names.
+# The most an agent file, or a schema file it names, may take.
+MAX_FILE_BYTES = 1_000_000
 AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
@@ -122,11 +124,13 @@ class _Reader:
         if isinstance(value, str):
             file = local_path(value, cwd=self.path.parent)
             try:
-                loaded = json.loads(file.read_text(encoding="utf-8"))
+                loaded = json.loads(_read_text(file))
             except OSError as err:
                 raise self.fail(where, f"cannot read {file}: {err.strerror or err}") from err
             except json.JSONDecodeError as err:
                 raise self.fail(where, f"{file} is not valid JSON: {err}") from err
+            except ValueError as err:  # not UTF-8, or too large
+                raise self.fail(where, f"{file}: {err}") from err
             value = loaded
         try:
             check_output_schema(value)
@@ -182,6 +186,24 @@ class _Reader:
         return found
 
 
+def _read_text(file: Path) -> str:
+    """A file's text: UTF-8, at most ``MAX_FILE_BYTES`` (no more is read).
+
+    Raises:
+        OSError: it cannot be read.
+        ValueError: it is larger, or not UTF-8, saying which.
+    """
+    with file.open("rb") as opened:
+        data = opened.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"the file is over the limit of {MAX_FILE_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = data[err.start : err.start + 1]
+        raise ValueError(f"not UTF-8 text (byte {byte!r} at offset {err.start})") from None
+
+
 def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
     """Read an agent file.
 
@@ -195,9 +217,11 @@ def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
     """
     file = local_path(str(path))
     try:
-        text = file.read_text(encoding="utf-8")
+        text = _read_text(file)
     except OSError as err:
         raise AgentFileError(f"{file}: cannot read: {err.strerror or err}") from err
+    except ValueError as err:
+        raise AgentFileError(f"{file}: {err}") from err
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
