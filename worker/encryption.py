@@ -4,14 +4,24 @@ With ``KEEL_ENCRYPTION_KEY`` set, clients and workers encode every payload (work
 activity inputs and results, updates, signals, queries and their answers, memo, failure
 details) as ``binary/encrypted``: the whole serialized payload, sealed with AES-256-GCM, and
 the key's id in the metadata (``encryption-key-id``). Payloads that are not encrypted (older
-history, a client without a key) decode as they are; an encrypted one whose key is missing
-fails, naming the key id.
+history, a client without a key) decode as they are.
+
+An encrypted payload that cannot be opened (a key this process lacks, or data that fails
+authentication: anyone can send a signal that claims to be encrypted) is not an error of the
+codec, which would fail the whole workflow task, every time, for good: it is passed on as it
+is, marked with why (``DECRYPT_ERROR``), and converting it fails, naming the key id
+(``worker.payloads``). So a signal carrying one is dropped and logged, an update or a query
+is refused, and the session goes on; a payload of the session's own history (its start
+input, an activity's result) still fails the workflow task, clearly, until a worker with the
+right key takes it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -19,6 +29,9 @@ from activities.store.encrypted import EncryptionKeyError, Keyring
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
+# Set on an encrypted payload that this process could not open: why.
+DECRYPT_ERROR = "keel-decrypt-error"
+logger = logging.getLogger("keel.encryption")
 
 
 class EncryptionCodec(PayloadCodec):
@@ -37,10 +50,19 @@ class EncryptionCodec(PayloadCodec):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """Decrypt each encrypted payload; others are returned as they are.
 
-        Raises:
-            EncryptionKeyError: a payload's key is not among this process's keys.
+        One that cannot be opened is returned encrypted, marked with why (``DECRYPT_ERROR``).
         """
-        return [self.decrypt(p) for p in payloads]
+        return [self._decrypt_or_mark(p) for p in payloads]
+
+    def _decrypt_or_mark(self, payload: Payload) -> Payload:
+        try:
+            return self.decrypt(payload)
+        except EncryptionKeyError as err:
+            logger.warning("payload left encrypted: %s", err)
+            marked = Payload()
+            marked.CopyFrom(payload)
+            marked.metadata[DECRYPT_ERROR] = str(err).encode()
+            return marked
 
     def encrypt(self, payload: Payload) -> Payload:
         """One payload sealed."""
@@ -53,12 +75,20 @@ class EncryptionCodec(PayloadCodec):
             return payload
         kid = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
         inner = Payload()
-        inner.ParseFromString(self.keyring.open(kid, payload.data, "a Temporal payload"))
+        try:
+            inner.ParseFromString(self.keyring.open(kid, payload.data, "a Temporal payload"))
+        except DecodeError:
+            raise EncryptionKeyError(
+                f"a Temporal payload (key {kid}) does not hold a payload once opened"
+            ) from None
         return inner
 
 
 def missing_key(payload: Payload) -> EncryptionKeyError:
-    """The error for an encrypted payload met by a process with no keys at all."""
+    """The error for an encrypted payload that could not be opened, naming its key."""
+    why = payload.metadata.get(DECRYPT_ERROR)
+    if why is not None:
+        return EncryptionKeyError(why.decode("utf-8", "replace"))
     kid = payload.metadata.get(KEY_ID, b"").decode("ascii", "replace")
     return EncryptionKeyError(
         f"a Temporal payload is encrypted with key {kid}, and this process has no key: "

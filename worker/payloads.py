@@ -9,8 +9,8 @@ a replay's time. Keel's payload converter class reuses one set of encoding conve
 so the cache of type adapters is kept, too.
 
 ``data_converter(keyring)`` adds the encryption codec (``worker.encryption``) when keys are
-configured. Without keys, a payload that is encrypted fails to convert with an error naming
-its key, instead of an unknown encoding.
+configured. A payload still encrypted once decoded (no keys here, or the codec could not
+open it) fails to convert with an error naming its key, instead of an unknown encoding.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from worker.encryption import ENCODING, EncryptionCodec, missing_key
 
 
 class _EncryptedWithoutKey(EncodingPayloadConverter):
-    """Never encodes; decoding an encrypted payload says which key is missing."""
+    """Never encodes; converting a payload the codec left encrypted says which key and why."""
 
     @property
     def encoding(self) -> str:

@@ -12,7 +12,15 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from workflows.contracts import InferenceConfig, KeelModel, PrefixRef, ToolSpec
+from workflows.contracts import (
+    Answer,
+    Decision,
+    InferenceConfig,
+    InterruptAck,
+    KeelModel,
+    PrefixRef,
+    ToolSpec,
+)
 from workflows.messages import Message, TokenUsage, ToolResult, ToolUse
 
 # Field defaults that a compact payload leaves out: JSON-equal values only.
@@ -170,3 +178,43 @@ class NotifyResponse(KeelModel):
 
     status: int
     attempt: int
+
+
+class ChildReportRequest(KeelModel):
+    """Input of ``keel.session.child_report``: ask a sub-agent's session for its interrupts.
+
+    Attributes:
+        parent_id: the asking session's workflow id.
+        parent_run_id: its run id: the child must have been started by this very run.
+        child_id: the child session's workflow id.
+    """
+
+    parent_id: str
+    parent_run_id: str
+    child_id: str
+
+
+class ForwardRequest(KeelModel):
+    """Input of ``keel.session.forward``: a decision or answer given to a parent, for its child.
+
+    Attributes:
+        child_id: the child session's workflow id.
+        decision: a decision to send as the child's ``decide`` update.
+        answer: an answer to send as the child's ``respond`` update.
+    """
+
+    child_id: str
+    decision: Decision | None = None
+    answer: Answer | None = None
+
+
+class ForwardResponse(KeelModel):
+    """Answer of ``keel.session.forward``: the child's acknowledgement, or why it refused.
+
+    Attributes:
+        ack: the child accepted; its interrupt's status after it.
+        refused: the child refused; its reason.
+    """
+
+    ack: InterruptAck | None = None
+    refused: str | None = None

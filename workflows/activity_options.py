@@ -12,12 +12,15 @@ from temporalio.common import RetryPolicy
 MODEL_ACTIVITY = "keel.model.converse"
 TOOL_ACTIVITY = "keel.tool.run"
 NOTIFY_ACTIVITY = "keel.notify.post"
+CHILD_REPORT_ACTIVITY = "keel.session.child_report"
+FORWARD_ACTIVITY = "keel.session.forward"
 
 # Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
 MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
 TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
 STORE_ERROR = "KeelStoreError"
 NOTIFY_REFUSED = "KeelNotifyRefused"
+NOT_OUR_CHILD = "KeelNotOurChild"
 
 # How long Temporal waits for a heartbeat of a running model call or tool run before it
 # deems the attempt lost (its worker died) and retries it on another worker. Sessions may set
@@ -67,6 +70,19 @@ NOTIFY_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=6,
     non_retryable_error_types=[NOTIFY_REFUSED],
+)
+
+
+# A parent asking its sub-agent's session (``keel.session.child_report``) or handing it a
+# decision (``keel.session.forward``): quick client calls, retried while Temporal is
+# unreachable; a session that is not the parent's own child is final.
+SESSION_CALL_START_TO_CLOSE = timedelta(seconds=30)
+SESSION_CALL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.25),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=8,
+    non_retryable_error_types=[NOT_OUR_CHILD],
 )
 
 

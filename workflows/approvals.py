@@ -5,7 +5,7 @@ Pure module: imported by workflow code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from workflows.boundary import InputRejected
 from workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
@@ -29,7 +29,7 @@ def check_decision(
     interrupts: Mapping[str, Interrupt],
     decision: Decision,
     config: SessionConfig,
-    session_id: str = "",
+    session_ids: Sequence[str] = ("",),
 ) -> Interrupt:
     """The pending interrupt a decision names, or why the decision is refused.
 
@@ -37,7 +37,8 @@ def check_decision(
         interrupts: every interrupt this session created, by id.
         decision: the decision as received.
         config: the session's configuration (allowed approvers, their keys).
-        session_id: the session's id, which a signature must be bound to.
+        session_ids: the session's id, then a sub-agent session's ancestors: a signature
+            must be bound to one of them (a parent forwards what was signed for it).
 
     Returns:
         The pending interrupt to decide.
@@ -52,15 +53,18 @@ def check_decision(
     if interrupt.kind != "approval":
         raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
     _check_person(config, decision.approver, "decision")
-    message = signed_message(
-        session_id,
-        decision.interrupt_id,
-        "decide",
-        decision.decision,
-        decision.reason,
-        decision.approver,
-    )
-    _check_signature(config, decision.approver, message, decision.signature, "decision")
+    messages = [
+        signed_message(
+            session_id,
+            decision.interrupt_id,
+            "decide",
+            decision.decision,
+            decision.reason,
+            decision.approver,
+        )
+        for session_id in session_ids
+    ]
+    _check_signature(config, decision.approver, messages, decision.signature, "decision")
     return interrupt
 
 
@@ -68,7 +72,7 @@ def check_answer(
     interrupts: Mapping[str, Interrupt],
     answer: Answer,
     config: SessionConfig,
-    session_id: str = "",
+    session_ids: Sequence[str] = ("",),
 ) -> Interrupt:
     """The pending question an answer is for, or why the answer is refused.
 
@@ -82,10 +86,13 @@ def check_answer(
     if interrupt.kind != "question":
         raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
     _check_person(config, answer.responder, "answer")
-    message = signed_message(
-        session_id, answer.interrupt_id, "respond", answer.value, None, answer.responder
-    )
-    _check_signature(config, answer.responder, message, answer.signature, "answer")
+    messages = [
+        signed_message(
+            session_id, answer.interrupt_id, "respond", answer.value, None, answer.responder
+        )
+        for session_id in session_ids
+    ]
+    _check_signature(config, answer.responder, messages, answer.signature, "answer")
     return interrupt
 
 
@@ -121,9 +128,13 @@ def _check_person(config: SessionConfig, who: str | None, what: str) -> None:
 
 
 def _check_signature(
-    config: SessionConfig, who: str | None, message: bytes, signature: str | None, what: str
+    config: SessionConfig,
+    who: str | None,
+    messages: Sequence[bytes],
+    signature: str | None,
+    what: str,
 ) -> None:
-    """With ``approver_keys``: the named approver's key must have signed ``message``."""
+    """With ``approver_keys``: the named approver's key must have signed one of ``messages``."""
     if not config.approver_keys:
         return
     if not who:
@@ -131,10 +142,14 @@ def _check_signature(
     key = config.approver_keys.get(who)
     if key is None:
         raise InputRejected(f"{who!r} has no approver key in this session; the {what} is refused")
-    try:
-        verify(key, message, signature)
-    except BadSignature as err:
-        raise InputRejected(f"the {what} by {who!r} is refused: {err}") from None
+    first: BadSignature | None = None
+    for message in messages:
+        try:
+            verify(key, message, signature)
+            return
+        except BadSignature as err:
+            first = first or err
+    raise InputRejected(f"the {what} by {who!r} is refused: {first}")
 
 
 def denial_text(interrupt: Interrupt) -> str:

@@ -108,6 +108,8 @@ class SessionConfig(KeelModel):
             the tools declared ``@tool(requires_approval=True)``.
         policy: the name of a tool policy registered on the workers (``@tool_policy``),
             consulted for every tool use: run, deny with a reason, or require approval.
+        policies: further policies every tool use must pass; a sub-agent's session gets
+            its parents' here (``workflows.inheritance``). The strictest verdict counts.
         approvers: identities allowed to decide; empty means anyone who can reach the
             session. The identity is what the decision claims: Temporal's own authorization
             decides who may send updates at all.
@@ -143,6 +145,7 @@ class SessionConfig(KeelModel):
     inference: InferenceConfig | None = None
     approval_tools: list[str] = Field(default_factory=list)
     policy: str | None = None
+    policies: list[str] = Field(default_factory=list)
     approvers: list[str] = Field(default_factory=list)
     approver_keys: dict[str, str] = Field(default_factory=dict)
     approval_timeout_s: float | None = Field(default=None, gt=0)
@@ -222,6 +225,8 @@ class Interrupt(KeelModel):
         answer: the answer to a question.
         key_fingerprint: the fingerprint of the approver key whose signature was verified,
             when the session requires signed approvals (``decided_by`` is that approver).
+        note: for a sub-agent's interrupt shown in its parent, why the last decision or
+            answer given here was refused by the sub-agent's session (it stays pending).
     """
 
     id: str
@@ -236,6 +241,7 @@ class Interrupt(KeelModel):
     expires_at: str | None = None
     answer: Any = None
     key_fingerprint: str | None = None
+    note: str | None = None
 
 
 class Decision(KeelModel):
@@ -392,10 +398,14 @@ class Notification(KeelModel):
 
 
 class ChildInterrupts(KeelModel):
-    """Input of the ``child_interrupts`` signal: a sub-agent's interrupts, for its parent."""
+    """A sub-agent's interrupts, for its parent: the ``interrupts`` query's answer.
+
+    Also the input of the ``child_interrupts`` signal, which a parent takes only as a hint
+    to ask its child (``workflows.sub_agents``): it never believes the list a signal carries.
+    """
 
     child_id: str
-    interrupts: list[Interrupt]
+    interrupts: list[Interrupt] = Field(default_factory=list)
 
 
 class SessionResult(KeelModel):

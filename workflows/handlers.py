@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         Answer,
         CancelAck,
         CancelInput,
+        ChildInterrupts,
         CloseInput,
         Decision,
         Interrupt,
@@ -78,6 +79,22 @@ class SessionHandlers:
     # decide/respond signals naming an interrupt not open yet, with the history length of
     # the workflow task they came in (see ``_hold``); never carried to another run
     _held: deque[tuple[int, Decision | Answer]]
+    # sub-agents' interrupts whose decision or answer is being handed to the child now
+    _handing_on: set[str]
+
+    # defined by ``workflows.sub_agents.SubAgentSessions``
+    def _child_deciding(self, interrupt: Interrupt) -> str | None:
+        raise NotImplementedError
+
+    async def _hand_on(
+        self, child_id: str, interrupt: Interrupt, message: Decision | Answer
+    ) -> InterruptAck:
+        raise NotImplementedError
+
+    def _hand_on_later(
+        self, child_id: str, interrupt: Interrupt, message: Decision | Answer
+    ) -> None:
+        raise NotImplementedError
 
     def _prompt_seen(self) -> int | None:
         """The turn of this ``prompt`` update if an update of its id was accepted before.
@@ -137,15 +154,21 @@ class SessionHandlers:
         validate_prompt(input.role, input.content)
 
     @workflow.update
-    def decide(self, input: Decision) -> InterruptAck:
+    async def decide(self, input: Decision) -> InterruptAck:
         """Approve or deny a pending interrupt; the tool input stays the model's.
 
+        A sub-agent's interrupt shown here is decided in the sub-agent's session: the
+        decision is handed on, and counts here once that session accepted it (its refusal
+        is this update's failure, and the interrupt stays pending, saying why).
         The same update id again (a redelivery) gets the same answer and decides nothing.
         """
         again = self._answered(InterruptAck)
         if again is not None:
             return again
-        interrupt = check_decision(self._ledger.interrupts, input, self._config, _session_id())
+        interrupt = check_decision(self._ledger.interrupts, input, self._config, self._signed_for())
+        child = self._child_deciding(interrupt)
+        if child is not None:
+            return self._answer(await self._hand_on(child, interrupt, input))
         self._apply_decision(interrupt, input)
         return self._answer(_ack(interrupt))
 
@@ -154,30 +177,42 @@ class SessionHandlers:
         _expect(input, Decision)
         if self._answered(InterruptAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
-        check_decision(self._ledger.interrupts, input, self._config, _session_id())
+        check_decision(self._ledger.interrupts, input, self._config, self._signed_for())
+        self._check_not_handed_on(input.interrupt_id)
 
     @workflow.signal(name="decide")
     def decide_signal(self, input: Decision) -> None:
         """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
         try:
             _expect(input, Decision)
-            interrupt = check_decision(self._ledger.interrupts, input, self._config, _session_id())
+            interrupt = check_decision(
+                self._ledger.interrupts, input, self._config, self._signed_for()
+            )
+            self._check_not_handed_on(input.interrupt_id)
         except InputRejected as err:
             held = self._hold(input)
             workflow.logger.warning("ignored decide signal: %s%s", err, held)
             return
+        child = self._child_deciding(interrupt)
+        if child is not None:
+            self._hand_on_later(child, interrupt, input)
+            return
         self._apply_decision(interrupt, input)
 
     @workflow.update
-    def respond(self, input: Answer) -> InterruptAck:
+    async def respond(self, input: Answer) -> InterruptAck:
         """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it.
 
+        A sub-agent's question is answered in its session, as ``decide`` does.
         The same update id again (a redelivery) gets the same answer and answers nothing.
         """
         again = self._answered(InterruptAck)
         if again is not None:
             return again
-        interrupt = check_answer(self._ledger.interrupts, input, self._config, _session_id())
+        interrupt = check_answer(self._ledger.interrupts, input, self._config, self._signed_for())
+        child = self._child_deciding(interrupt)
+        if child is not None:
+            return self._answer(await self._hand_on(child, interrupt, input))
         self._apply_answer(interrupt, input)
         return self._answer(_ack(interrupt))
 
@@ -186,19 +221,37 @@ class SessionHandlers:
         _expect(input, Answer)
         if self._answered(InterruptAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
-        check_answer(self._ledger.interrupts, input, self._config, _session_id())
+        check_answer(self._ledger.interrupts, input, self._config, self._signed_for())
+        self._check_not_handed_on(input.interrupt_id)
 
     @workflow.signal(name="respond")
     def respond_signal(self, input: Answer) -> None:
         """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
         try:
             _expect(input, Answer)
-            interrupt = check_answer(self._ledger.interrupts, input, self._config, _session_id())
+            interrupt = check_answer(
+                self._ledger.interrupts, input, self._config, self._signed_for()
+            )
+            self._check_not_handed_on(input.interrupt_id)
         except InputRejected as err:
             held = self._hold(input)
             workflow.logger.warning("ignored respond signal: %s%s", err, held)
             return
+        child = self._child_deciding(interrupt)
+        if child is not None:
+            self._hand_on_later(child, interrupt, input)
+            return
         self._apply_answer(interrupt, input)
+
+    def _signed_for(self) -> tuple[str, ...]:
+        """The session ids a signature may be bound to: this one, then its ancestors."""
+        return (_session_id(), *self._ledger.ancestors)
+
+    def _check_not_handed_on(self, interrupt_id: str) -> None:
+        if interrupt_id in self._handing_on:
+            raise InputRejected(
+                f"interrupt {interrupt_id!r} is being decided in its sub-agent's session"
+            )
 
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         status: InterruptStatus = "approved" if decision.decision == "approve" else "denied"
@@ -344,6 +397,13 @@ class SessionHandlers:
             events=ledger.events_since(q.events_since),
             event_count=ledger.event_seq,
             run=ledger.run,
+        )
+
+    @workflow.query(name="interrupts")
+    def interrupts_query(self) -> ChildInterrupts:
+        """Every interrupt of this session: what a sub-agent's parent asks for and shows."""
+        return ChildInterrupts(
+            child_id=workflow.info().workflow_id, interrupts=list(self._ledger.interrupts.values())
         )
 
     @workflow.query

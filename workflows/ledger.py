@@ -108,6 +108,9 @@ class Ledger(KeelModel):
             by ``run_agent`` or by a sub-agent tool).
         parent_session: for a sub-agent's session, its parent's id: it reports its
             interrupts there (signal ``child_interrupts``).
+        ancestors: for a sub-agent's session, its parent's id, then the parent's parent's,
+            up to the root session: a decision signed for any of them is signed for this
+            interrupt too (the parent forwards what its approvers signed for it).
         mirrored: interrupts of sub-agents shown in this session, with the child's id:
             decided here, the decision is forwarded to the child.
         outbox: notifications not delivered yet (``SessionConfig.notify``): a run that
@@ -137,6 +140,7 @@ class Ledger(KeelModel):
     update_acks: dict[str, str] = Field(default_factory=dict)
     single_turn: bool = False
     parent_session: str | None = None
+    ancestors: list[str] = Field(default_factory=list)
     mirrored: dict[str, str] = Field(default_factory=dict)
     outbox: list[Notification] = Field(default_factory=list)
 
@@ -427,6 +431,7 @@ class SessionInput(KeelModel):
         single_turn: close the session once its first turn ends, returning that turn in
             ``SessionResult.last_turn`` (``run_agent``, sub-agents).
         parent_session: the parent session of a sub-agent's session.
+        ancestors: a sub-agent's parent, its parent's parent, ... up to the root.
     """
 
     config: SessionConfig
@@ -435,3 +440,4 @@ class SessionInput(KeelModel):
     carried: Ledger | None = None
     single_turn: bool = False
     parent_session: str | None = None
+    ancestors: list[str] = Field(default_factory=list)

@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
         rejection,
     )
     from workflows.sub_agents import SubAgentSessions, sub_agent_specs
-    from workflows.tool_policies import judge
+    from workflows.tool_policies import judge_all
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
@@ -102,6 +102,8 @@ class AgentSession(SubAgentSessions):
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
         self._children: dict[str, str] = {}
+        self._report_due: set[str] = set()
+        self._handing_on: set[str] = set()
         self._forward: list[tuple[str, Decision | Answer]] = []
         self._held = deque(maxlen=HELD_SIGNALS_KEPT)
         self._deliveries = set()
@@ -129,6 +131,10 @@ class AgentSession(SubAgentSessions):
                 self._ledger.enqueue(input.prompt)
         self._ledger.single_turn = input.single_turn
         self._ledger.parent_session = input.parent_session
+        parent = workflow.info().parent
+        if input.ancestors and parent is not None and parent.workflow_id == input.ancestors[0]:
+            # a signature for an ancestor counts here only in a session an ancestor started
+            self._ledger.ancestors = input.ancestors
 
     # ----------------------------------------------------------------------------- turns
 
@@ -362,7 +368,7 @@ class AgentSession(SubAgentSessions):
         """
         tools, cancelled = self._ledger.tools or [], self._ledger.cancel_reason
         spec = next((t for t in tools if t.name == use.name), None)
-        verdict = judge(self._config.policy, use)
+        verdict = judge_all([self._config.policy, *self._config.policies], use)
         refusal: str | None = None
         if spec is None:
             known = ", ".join(t.name for t in tools) or "none"

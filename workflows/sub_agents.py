@@ -5,10 +5,22 @@ name taking ``{"prompt": string}``. A call starts a child session (id ``<parent 
 <toolUseId>``, so a retried call finds the same child) that runs one turn and closes; its
 final text, or its structured output as JSON, is the tool result.
 
-The child's interrupts surface in the parent: the child signals them (``child_interrupts``),
-the parent shows copies in its own turn (``interrupts``, ``pending``), and a decision or an
-answer given to the parent is forwarded to the child as a ``decide`` / ``respond`` signal,
-where the child checks it again. Cancelling the parent's turn cancels the child.
+The child runs with its parent's rules for who may decide, narrowed and never widened by
+its own (``workflows.inheritance``), so a decision sent straight to the child is checked as
+the parent would check it. Its interrupts surface in the parent: the child signals
+``child_interrupts``, which the parent takes only as a hint (a signal has no sender anyone
+can check): it asks its child through the activity ``keel.session.child_report``, which
+answers only for a session that Temporal says this very run of the parent started, and
+shows copies of what the child holds in its own turn (``interrupts``, ``pending``). A
+decision or an answer given to the parent is handed to the child as a ``decide`` /
+``respond`` update (``keel.session.forward``); it counts in the parent only once the child
+accepted it (the child checks it again: a signature bound to the parent verifies there, as
+the parent is among the child's ``ancestors``). Cancelling the parent's turn cancels the
+child.
+
+Sessions that started their first sub-agent before this (no ``CHILD_TRUST_PATCH`` marker in
+their history) keep the earlier way, the signal's list believed and decisions signalled,
+so that their histories replay.
 """
 
 from __future__ import annotations
@@ -18,15 +30,26 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_contracts import ChildReportRequest, ForwardRequest, ForwardResponse
+    from workflows.activity_options import (
+        CHILD_REPORT_ACTIVITY,
+        FORWARD_ACTIVITY,
+        SESSION_CALL_RETRY,
+        SESSION_CALL_START_TO_CLOSE,
+    )
     from workflows.agents import SESSION_WORKFLOW, agent_result, child_session_id
+    from workflows.approvals import signer_fingerprint
+    from workflows.boundary import InputRejected
     from workflows.contracts import (
         Answer,
         ChildInterrupts,
         Decision,
         Interrupt,
+        InterruptAck,
+        InterruptStatus,
         SessionConfig,
         SessionResult,
         SubAgent,
@@ -34,11 +57,17 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.cycle import text_of
     from workflows.handlers import SessionHandlers
+    from workflows.inheritance import child_config
     from workflows.ledger import SessionInput
     from workflows.messages import ToolResult, ToolResultContent, ToolUse, error_result, text_block
     from workflows.notifications import SessionNotifier
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
+# Sub-agents are trusted only as far as their parent can check (see the module's docstring).
+CHILD_TRUST_PATCH = "keel-child-trust"
+# The error type of a decision or answer that a sub-agent's session refused (the same type
+# as any rejected input: clients treat it alike).
+REFUSED_BY_CHILD = "KeelInputRejected"
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 PROMPT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -59,10 +88,16 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
     """The parent's side (run a child, mirror its interrupts) and the child's (report)."""
 
     _config: SessionConfig
-    # in flight in this run only: child session id -> sub-agent name, and decisions or
-    # answers given here for a child's interrupt, not yet forwarded
+    # in flight in this run only: child session id -> sub-agent name; children that said
+    # their interrupts changed, not asked yet; and (sessions from before CHILD_TRUST_PATCH)
+    # decisions or answers given here for a child's interrupt, not yet forwarded
     _children: dict[str, str]
+    _report_due: set[str]
     _forward: list[tuple[str, Decision | Answer]]
+
+    def _asks_children(self) -> bool:
+        """Whether this run checks its children (True but when replaying an older history)."""
+        return workflow.patched(CHILD_TRUST_PATCH)
 
     async def _run_sub_agent(self, turn_id: int, use: ToolUse) -> ToolResult:
         """Run one turn of the sub-agent ``use.name`` in a child session; its result."""
@@ -70,6 +105,13 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
         prompt = use.input.get("prompt") if isinstance(use.input, dict) else None
         if not isinstance(prompt, str) or not prompt.strip():
             return error_result(use.toolUseId, 'a sub-agent takes {"prompt": "<text>"}')
+        asks = self._asks_children()
+        config = agent.config
+        if asks:
+            try:
+                config = child_config(self._config, agent.config, use.name)
+            except InputRejected as err:
+                return error_result(use.toolUseId, f"sub-agent not started: {err}")
         parent = workflow.info().workflow_id
         child_id = child_session_id(parent, f"{use.name}-{use.toolUseId}")
         self._children[child_id] = use.name
@@ -77,10 +119,11 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             workflow.execute_child_workflow(
                 SESSION_WORKFLOW,
                 SessionInput(
-                    config=agent.config,
+                    config=config,
                     prompt=[text_block(prompt)],
                     single_turn=True,
                     parent_session=parent,
+                    ancestors=[parent, *self._ledger.ancestors] if asks else [],
                 ),
                 id=child_id,
                 result_type=SessionResult,
@@ -92,9 +135,13 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                     lambda: (
                         child.done()
                         or self._ledger.cancel_reason is not None
+                        or child_id in self._report_due
                         or any(c == child_id for c, _ in self._forward)
                     )
                 )
+                if child_id in self._report_due:
+                    await self._ask_child(child_id)
+                    continue
                 await self._forward_to(child_id)
                 if child.done():
                     break
@@ -107,6 +154,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             return error_result(use.toolUseId, f"sub-agent {use.name!r} did not finish: {why}")
         finally:
             del self._children[child_id]
+            self._report_due.discard(child_id)
             self._close_mirrors(child_id)
         outcome = agent_result(child_id, result)
         if outcome.status != "completed":
@@ -120,8 +168,104 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             toolUseId=use.toolUseId, content=[ToolResultContent(text=answer or "(no text)")]
         )
 
+    async def _ask_child(self, child_id: str) -> None:
+        """Show here what the child holds, as its session answers for itself.
+
+        ``keel.session.child_report`` answers only for a session that this run started
+        (Temporal records a child's parent; no client can set it).
+        """
+        self._report_due.discard(child_id)
+        info = workflow.info()
+        try:
+            report = await workflow.execute_activity(
+                CHILD_REPORT_ACTIVITY,
+                ChildReportRequest(
+                    parent_id=info.workflow_id, parent_run_id=info.run_id, child_id=child_id
+                ),
+                result_type=ChildInterrupts,
+                start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
+                retry_policy=SESSION_CALL_RETRY,
+            )
+        except ActivityError as err:
+            workflow.logger.warning(
+                "could not ask sub-agent session %s for its interrupts: %s",
+                child_id,
+                err.cause or err,
+            )
+            return
+        self._mirror(child_id, report.interrupts)
+
+    def _child_deciding(self, interrupt: Interrupt) -> str | None:
+        """The child session that decides this interrupt, when it is a checked mirror."""
+        child = self._ledger.mirrored.get(interrupt.id)
+        if child is None or not self._asks_children():
+            return None
+        return child
+
+    async def _hand_on(
+        self, child_id: str, interrupt: Interrupt, message: Decision | Answer
+    ) -> InterruptAck:
+        """Hand a decision or answer given here to the child; it counts once it took it.
+
+        Raises:
+            ApplicationError: the child refused it (or cannot be reached); the interrupt
+                stays pending here, its ``note`` saying why.
+        """
+        self._handing_on.add(interrupt.id)
+        try:
+            response = await workflow.execute_activity(
+                FORWARD_ACTIVITY,
+                ForwardRequest(
+                    child_id=child_id,
+                    decision=message if isinstance(message, Decision) else None,
+                    answer=message if isinstance(message, Answer) else None,
+                ),
+                result_type=ForwardResponse,
+                start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
+                retry_policy=SESSION_CALL_RETRY,
+            )
+        except ActivityError as err:
+            response = ForwardResponse(refused=f"it cannot be reached: {err.cause or err}")
+        finally:
+            self._handing_on.discard(interrupt.id)
+        if response.ack is None:
+            interrupt.note = f"the sub-agent's session refused it: {response.refused}"
+            workflow.logger.warning("interrupt %s: %s", interrupt.id, interrupt.note)
+            raise ApplicationError(interrupt.note, type=REFUSED_BY_CHILD, non_retryable=True)
+        interrupt.note = None
+        if interrupt.status == "pending":
+            self._settle_mirror(interrupt, response.ack.status, message)
+        return InterruptAck(
+            interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
+        )
+
+    def _hand_on_later(
+        self, child_id: str, interrupt: Interrupt, message: Decision | Answer
+    ) -> None:
+        """``_hand_on`` for a signal: in a task of its own; a refusal is logged."""
+
+        async def hand_on() -> None:
+            try:
+                await self._hand_on(child_id, interrupt, message)
+            except ApplicationError:
+                pass  # logged, and noted on the interrupt
+
+        asyncio.create_task(hand_on())
+
+    def _settle_mirror(
+        self, interrupt: Interrupt, status: InterruptStatus, message: Decision | Answer
+    ) -> None:
+        """Close a mirror the child accepted a decision or answer for, as the child did."""
+        if isinstance(message, Decision):
+            who, reason = message.approver, message.reason
+        else:
+            who, reason = message.responder, None
+            interrupt.answer = message.value
+        key = signer_fingerprint(self._config, who)
+        self._ledger.close_interrupt(interrupt, status, who, reason, key)
+
     async def _forward_to(self, child_id: str) -> None:
-        """Send the child the decisions and answers given here for its interrupts."""
+        """Sessions from before CHILD_TRUST_PATCH: signal the child what was decided here."""
         mine = [(c, m) for c, m in self._forward if c == child_id]
         self._forward = [(c, m) for c, m in self._forward if c != child_id]
         handle = workflow.get_external_workflow_handle(child_id)
@@ -141,19 +285,30 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
 
     @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
     def child_interrupts(self, input: ChildInterrupts) -> None:
-        """A running child's interrupts: show new pending ones here, settle decided ones."""
-        ledger, name = self._ledger, self._children.get(input.child_id)
+        """A hint that a running child's interrupts changed: the parent asks the child.
+
+        From a session that is not a running child of this one, it is logged and dropped.
+        """
+        if not isinstance(input, ChildInterrupts) or input.child_id not in self._children:
+            child = getattr(input, "child_id", None)
+            workflow.logger.warning("ignored interrupts of %r: not a running sub-agent", child)
+            return
+        if self._asks_children():
+            self._report_due.add(input.child_id)
+            return
+        self._mirror(input.child_id, input.interrupts)
+
+    def _mirror(self, child_id: str, interrupts: list[Interrupt]) -> None:
+        """Show a child's new pending interrupts here; settle those it has decided."""
+        ledger, name = self._ledger, self._children.get(child_id)
         record = ledger.current
         if name is None or record is None:
-            workflow.logger.warning(
-                "ignored interrupts of %r: not a running sub-agent", input.child_id
-            )
             return
         opened = False
-        for theirs in input.interrupts:
+        for theirs in interrupts:
             mine = ledger.interrupts.get(theirs.id)
             if mine is None and theirs.status == "pending":
-                ledger.mirrored[theirs.id] = input.child_id
+                ledger.mirrored[theirs.id] = child_id
                 copy = theirs.model_copy(
                     update={"turn": record.turn_id, "reason": f"[sub-agent {name}] {theirs.reason}"}
                 )
@@ -164,10 +319,15 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                 mine is not None
                 and mine.status == "pending"
                 and theirs.status != "pending"
-                and ledger.mirrored.get(mine.id) == input.child_id
+                and ledger.mirrored.get(mine.id) == child_id
             ):
+                mine.answer = theirs.answer
                 ledger.close_interrupt(
-                    mine, theirs.status, theirs.decided_by, theirs.decision_reason
+                    mine,
+                    theirs.status,
+                    theirs.decided_by,
+                    theirs.decision_reason,
+                    theirs.key_fingerprint,
                 )
         if opened:  # a command, so the task that opens them stands alone (see _open_interrupt)
             workflow.upsert_memo({"keel_interrupts_opened": len(ledger.interrupts)})
@@ -175,17 +335,17 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
     def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
         super()._apply_decision(interrupt, decision)
         child = self._ledger.mirrored.get(interrupt.id)
-        if child is not None:
+        if child is not None:  # only sessions from before CHILD_TRUST_PATCH get here
             self._forward.append((child, decision))
 
     def _apply_answer(self, interrupt: Interrupt, answer: Answer) -> None:
         super()._apply_answer(interrupt, answer)
         child = self._ledger.mirrored.get(interrupt.id)
-        if child is not None:
+        if child is not None:  # only sessions from before CHILD_TRUST_PATCH get here
             self._forward.append((child, answer))
 
     async def _report_to_parent(self) -> None:
-        """A sub-agent's session: tell the parent about this session's interrupts."""
+        """A sub-agent's session: tell the parent that this session's interrupts changed."""
         parent = self._ledger.parent_session
         if parent is None:
             return

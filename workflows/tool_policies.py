@@ -22,7 +22,7 @@ worker filled is the one the workflow reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -108,4 +108,19 @@ def judge(policy_name: str | None, use: ToolUse) -> Verdict:
         return Verdict.deny(f"tool policy {policy_name!r} failed: {type(err).__name__}: {err}")
     if not isinstance(verdict, Verdict):
         return Verdict.deny(f"tool policy {policy_name!r} returned {verdict!r}, not a Verdict")
+    return verdict
+
+
+_STRICTNESS = {"run": 0, "require_approval": 1, "deny": 2}
+
+
+def judge_all(policy_names: Sequence[str | None], use: ToolUse) -> Verdict:
+    """Apply every policy of a session (its own, its parents'); the strictest verdict counts."""
+    verdict = Verdict.run()
+    for name in policy_names:
+        if name is None:
+            continue
+        theirs = judge(name, use)
+        if _STRICTNESS[theirs.action] > _STRICTNESS[verdict.action]:
+            verdict = theirs
     return verdict

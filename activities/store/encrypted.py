@@ -107,9 +107,11 @@ class Keyring:
                 f"{what} is encrypted with key {kid}, which this process does not have "
                 f"(keys here: {have}); set KEEL_ENCRYPTION_KEY or KEEL_DECRYPTION_KEYS"
             )
+        if len(sealed) < NONCE_BYTES + 16:  # a nonce and a GCM tag at the least
+            raise EncryptionKeyError(f"{what} (key {kid}) is too short to be sealed data")
         try:
             return cipher.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], kid.encode())
-        except InvalidTag:
+        except (InvalidTag, ValueError):
             raise EncryptionKeyError(
                 f"{what} (key {kid}) fails authentication: it was altered"
             ) from None

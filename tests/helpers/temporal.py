@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -66,3 +68,18 @@ async def save_history(client: Client, session_id: str, name: str) -> None:
     for number, history in enumerate(await run_histories(client, session_id), start=1):
         suffix = "" if number == 1 else f"-run{number}"
         (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
+
+
+async def temporal_cli(env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:
+    """The raw ``temporal`` CLI against the test's dev server, as an outsider uses it.
+
+    In a thread: a worker that must answer it may run on the calling test's event loop.
+    """
+    address = env.client.service_client.config.target_host
+    return await asyncio.to_thread(
+        subprocess.run,
+        [find_temporal_cli() or "temporal", *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

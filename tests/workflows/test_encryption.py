@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 import re
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ from activities.store import EncryptionKeyError, Keyring, StoreEncryptionError, 
 from tests.helpers.encryption import history_payload_data, keyring_of, new_key, store_bytes
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import temporal_cli
 from worker.client.keel_client import KeelClient
 from worker.encryption import KEY_ID
 from worker.payloads import data_converter
@@ -151,3 +153,75 @@ async def test_a_client_without_the_key_is_told_which_key(
             + "/"
             + next(p for p in root.rglob("*") if p.is_file()).name
         )
+
+
+async def test_payloads_no_key_opens_never_wedge_a_session(
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    script: Script,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Signals, updates and queries that claim to be encrypted, without the key (issue 29).
+
+    Sent with the raw ``temporal`` CLI: random bytes under the session's own key id (which
+    any payload's metadata shows), under a made-up key id, and a ciphertext shorter than a
+    nonce. Each signal is dropped, each update and query refused, and the session completes.
+    """
+    caplog.set_level(logging.WARNING, logger="keel.encryption")
+    right = keyring_of(new_key())
+    kid = right.key_ids[0]
+    root = tmp_path / "store"
+    client = client_with(temporal_env, right)
+    keel = KeelClient(client, task_queue, open_store(str(root), right))
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done")),
+        ]
+    )
+    session = sid()
+    worker = build_worker(
+        client, task_queue, [SAMPLE_TOOLS], store=open_store(str(root), right),
+        max_cached_workflows=0,
+    )  # fmt: skip
+    async with worker:
+        first = await keel.run(session, "go", config=config, timeout_s=30)
+        [interrupt] = first.interrupts
+        garbage = [
+            (kid, base64.b64encode(os.urandom(64)).decode()),
+            (kid, base64.b64encode(b"short").decode()),
+            ("deadbeef", base64.b64encode(os.urandom(64)).decode()),
+        ]
+        for key_id, data in garbage:
+            meta = ["--input-meta", "encoding=binary/encrypted",
+                    "--input-meta", f"encryption-key-id={key_id}", "--input-base64"]  # fmt: skip
+            for name in ("decide", "respond", "close"):
+                sent = await temporal_cli(
+                    temporal_env, "workflow", "signal", "-w", session, "--name", name,
+                    "--input", data, *meta,
+                )  # fmt: skip
+                assert sent.returncode == 0, sent.stderr
+            updated = await temporal_cli(
+                temporal_env, "workflow", "update", "execute", "-w", session, "--name", "decide",
+                "--input", data, *meta,
+            )  # fmt: skip
+            # the refusal is itself encrypted (failures are, in an encrypted session): its type
+            assert updated.returncode != 0, updated.stdout
+            assert "EncryptionKeyError" in updated.stderr, updated.stderr
+            queried = await temporal_cli(
+                temporal_env, "workflow", "query", "-w", session, "--name", "state",
+                "--input", data, *meta,
+            )  # fmt: skip
+            assert queried.returncode != 0 and "decrypt" not in queried.stdout, queried.stdout
+            logged = " ".join(r.getMessage() for r in caplog.records)
+            assert f"key {key_id}" in logged  # the worker's log names the key id
+        # the session still answers and works
+        assert (await keel.pending(session)).interrupts[0].id == interrupt.id
+        await keel.decide(session, interrupt.id, "approve")
+        done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert done.status == "completed", done
+    assert target.read_text().splitlines() == ["v"]
+    assert state.status == "idle"  # the forged "close" signals were dropped

@@ -21,6 +21,7 @@ from activities.model_call import ModelActivities
 from activities.notify import post_notification
 from activities.store import ConversationStore, open_store
 from activities.store.encrypted import Keyring
+from activities.sub_agents import child_report, forward
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
 from worker.payloads import data_converter
@@ -156,6 +157,8 @@ def build_worker(
             ModelActivities(store, mcp, streams).converse,
             ToolActivities(store, mcp).run,
             post_notification,
+            child_report,
+            forward,
         ],
         **options,
     )

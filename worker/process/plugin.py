@@ -19,6 +19,7 @@ from activities.mcp.config import McpServerConfig
 from activities.model_call import ModelActivities
 from activities.notify import post_notification
 from activities.store import ConversationStore, open_store
+from activities.sub_agents import child_report, forward
 from activities.tool_run import ToolActivities
 from activities.tools import load_tool_modules
 from worker.payloads import data_converter
@@ -76,7 +77,7 @@ class KeelPlugin(SimplePlugin):
             "keel",
             data_converter=lambda _: converter,
             workflows=[AgentSession],
-            activities=[model.converse, tools.run, post_notification],
+            activities=[model.converse, tools.run, post_notification, child_report, forward],
             workflow_runner=lambda _: sandbox_runner(),
         )
 
