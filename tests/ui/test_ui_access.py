@@ -90,8 +90,8 @@ async def test_posts_need_credentials_and_the_csrf_token(
     # the bearer token alone is credentials, but carries no CSRF token either: 403
     bearer = {"Authorization": f"Bearer {TOKEN}", **json_accept}
     assert (await call(token_url, decide, method="POST", form=form, headers=bearer)).status == 403
-    # a GET does not decide anything
-    assert (await call(token_url, decide, headers={"Cookie": cookie})).status == 405
+    # a GET does not decide anything: it asks for the page of a session "<id>/decide"
+    assert (await call(token_url, decide, headers={"Cookie": cookie})).status == 404
 
     # nothing was decided by any of those
     assert [i.id for i in (await ui_keel.pending(session)).interrupts] == [interrupt]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers.cli import keel, keel_env
+from tests.helpers.shell import run_copied
 from tests.helpers.temporal import free_port
 from worker.cli.console import print_detached, print_interrupts, print_where
 from worker.shell import MAX_NEW_SESSION_ID, SESSION_ID_CHARS, command, session_id_problem
@@ -69,17 +69,6 @@ def indented_commands(printed: str) -> list[str]:
         pending = None
     assert pending is None, pending
     return commands
-
-
-def run_copied(line: str, where: Path) -> list[str]:
-    """Run a copied line in bash, ``keel`` a function that records its argv; that argv."""
-    record = where / "argv"
-    stub = f"keel() {{ printf '%s\\0' \"$@\" > {shlex.quote(str(record))}; }}\n"
-    done = subprocess.run(
-        ["bash", "-c", stub + line], cwd=where, capture_output=True, text=True, timeout=10
-    )
-    assert done.returncode == 0, (line, done.stderr)
-    return record.read_text().split("\0")[:-1]
 
 
 @pytest.mark.parametrize("session", HOSTILE)

@@ -149,7 +149,7 @@ async def session_action(
     if _wants_json(request):
         return JSONResponse({"ok": ok, "message": message, "parts": parts}, status_code=status)
     visit.notice, visit.changed = ("ok" if ok else "error", message), True
-    return RedirectResponse(f"/sessions/{quote(session, safe='')}", status_code=303)
+    return RedirectResponse(f"/sessions/{quote(session, safe='/')}", status_code=303)
 
 
 async def set_name(ui: UiContext, request: Request, visit: Visit, form: dict[str, str]) -> Response:

@@ -129,9 +129,14 @@ def create_app(
         Route("/", _reader(ui, sessions_page)),
         Route("/live", _reader(ui, sessions_live)),
         Route("/static/{name}", _reader(ui, _static)),
-        Route("/sessions/{session}", _reader(ui, session_page)),
-        Route("/sessions/{session}/live", _reader(ui, session_live)),
-        Route("/sessions/{session}/{action}", _writer(ui, session_action), methods=["POST"]),
+        # A session id may hold "/" (a sub-agent's ``PARENT/NAME-ID``): ``path`` takes it
+        # whole. The page takes every GET under /sessions/; its live stream has its own
+        # prefix, so no id can be read as another's stream; an action is the last segment.
+        Route("/live/sessions/{session:path}", _reader(ui, session_live)),
+        Route(
+            "/sessions/{session:path}/{action}", _writer(ui, session_action), methods=["POST"]
+        ),
+        Route("/sessions/{session:path}", _reader(ui, session_page)),
         Route("/name", _writer(ui, set_name), methods=["POST"]),
     ]
     return Starlette(routes=routes, exception_handlers={Exception: _failure})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +17,18 @@ SESSION_PARTS = ("status", "pending", "conversation", "usage", "controls")
 
 
 def templates() -> Environment:
-    """The page templates (package data of ``worker.ui``), HTML-escaped by default."""
-    return Environment(
+    """The page templates (package data of ``worker.ui``), HTML-escaped by default.
+
+    The ``shell`` filter quotes a word of a command a person copies (``shlex.quote``).
+    """
+    env = Environment(
         loader=PackageLoader("worker.ui", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["shell"] = shlex.quote
+    return env
 
 
 @dataclass

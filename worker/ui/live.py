@@ -110,7 +110,7 @@ def sessions_live(ui: UiContext, request: Request, visit: Visit) -> Response:
 
 
 def session_live(ui: UiContext, request: Request, visit: Visit) -> Response:
-    """``GET /sessions/{id}/live``: the session page's changed parts, and streamed text."""
+    """``GET /live/sessions/{id}``: the session page's changed parts, and streamed text."""
     session = request.path_params["session"]
 
     async def events() -> AsyncGenerator[str, None]:
