@@ -91,6 +91,12 @@ output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }}
             "agents.helper.max_cycles",
             4,
         ),
+        (
+            'model = "scripted:x"\napprovers = ["alice"]\n[agents.helper]\ndescription = "d"\n'
+            'approvers = ["mallory"]\n',
+            "agents.helper.approvers",
+            5,
+        ),
         ('system = "no model anywhere"\n', "model", None),
         ('model = "scripted:x"\nnotify = ["ftp://files.example/drop"]\n', "notify", 2),
     ],

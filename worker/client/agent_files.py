@@ -175,6 +175,12 @@ class _Reader:
                 raise self.fail(at, f"sub-agents nested deeper than {MAX_AGENT_DEPTH} levels")
             if sub.description is None:
                 raise self.fail(at + ("description",), "a sub-agent needs a description")
+            if table.approvers and sub.approvers and not set(sub.approvers) & set(table.approvers):
+                raise self.fail(
+                    at + ("approvers",),
+                    "a sub-agent inherits its parent's approvers and may only narrow them: "
+                    f"none of {sub.approvers} is among {table.approvers}",
+                )
             sub_model = sub.model or model
             agents = self.agents(sub, at, sub_model, [*ancestors, name])
             config = self.config(sub, at, sub_model).model_copy(
