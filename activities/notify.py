@@ -11,8 +11,9 @@ seconds) and ``X-Keel-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"
 the secret>``. The secret is read when a notification is sent, not when the module loads.
 
 A 2xx answer is a delivery. 4xx (but 408 and 429) is a refusal that no retry can fix
-(``NOTIFY_REFUSED``, not retried); anything else (5xx, timeouts, refused connections) fails
-the attempt and Temporal retries it with backoff (``NOTIFY_RETRY``).
+(``NOTIFY_REFUSED``, not retried); anything else (3xx, 5xx, timeouts, refused connections)
+fails the attempt and Temporal retries it with backoff (``NOTIFY_RETRY``). A redirect is never
+followed: it would carry the event and its signature headers wherever the receiver pointed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -72,22 +74,35 @@ def _request(request: NotifyRequest, attempt: int) -> urllib.request.Request:
     return urllib.request.Request(request.url, data=body, headers=headers, method="POST")
 
 
-def _send(request: urllib.request.Request) -> int:
-    """POST; the HTTP status of the answer (an error status too), or raise ``OSError``."""
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the 3xx answer comes back as it is (an ``HTTPError``)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        """Follow nothing."""
+        return None
+
+
+# urlopen's handlers, but for redirects: a 3xx is the receiver's answer, not a place to go.
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _send(request: urllib.request.Request) -> tuple[int, str | None]:
+    """POST; the answer's HTTP status (an error status too) and ``Location``; or ``OSError``."""
     try:
-        with urllib.request.urlopen(request, timeout=NOTIFY_HTTP_TIMEOUT_S) as answer:
+        with _OPENER.open(request, timeout=NOTIFY_HTTP_TIMEOUT_S) as answer:
             status: int = answer.status
-            return status
+            return status, answer.headers.get("Location")
     except urllib.error.HTTPError as err:
-        return err.code
+        location = err.headers.get("Location") if err.headers is not None else None
+        return err.code, location
 
 
-async def _in_thread(request: urllib.request.Request) -> int:
+async def _in_thread(request: urllib.request.Request) -> tuple[int, str | None]:
     """``_send`` in a daemon thread; a cancelled caller stops waiting for it at once."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[int] = loop.create_future()
+    done: asyncio.Future[tuple[int, str | None]] = loop.create_future()
 
-    def settle(status: int | None, error: BaseException | None) -> None:
+    def settle(status: tuple[int, str | None] | None, error: BaseException | None) -> None:
         if done.done():
             return
         if error is not None:
@@ -125,12 +140,26 @@ async def post_notification(request: NotifyRequest) -> NotifyResponse:
     except ValueError as err:
         raise ApplicationError(str(err), type=NOTIFY_REFUSED, non_retryable=True) from err
     try:
-        status = await _in_thread(_request(request, attempt))
+        status, location = await _in_thread(_request(request, attempt))
     except (OSError, ValueError) as err:
         logger.warning("notification to %s, attempt %s: %s", to, attempt, err)
         raise ApplicationError(f"POST to {to} failed: {err}") from err
     if 200 <= status < 300:
         return NotifyResponse(status=status, attempt=attempt)
+    if 300 <= status < 400:
+        # Never followed: the signed request would go, as a GET, wherever the receiver
+        # says. The log names the place, for whoever fixes the URL; the history, only its host.
+        logger.warning(
+            "notification to %s, attempt %s: HTTP %s redirect to %r, not followed",
+            to,
+            attempt,
+            status,
+            location,
+        )
+        to_where = where(location) if location else "nowhere"
+        raise ApplicationError(
+            f"POST to {to} failed: HTTP {status} redirect (to {to_where}), not followed"
+        )
     logger.warning("notification to %s, attempt %s: HTTP %s", to, attempt, status)
     if 400 <= status < 500 and status not in _RETRYABLE_4XX:
         raise ApplicationError(

@@ -54,6 +54,24 @@ async def test_nothing_listening_is_a_retryable_failure() -> None:
     assert not failed.value.non_retryable and "POST to http://127.0.0.1" in str(failed.value)
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_is_a_failed_attempt_and_is_never_followed(
+    status: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEEL_NOTIFY_SECRET", "s3cret")
+    with receiver() as elsewhere, receiver(status=status, location=elsewhere.url) as hook:
+        with pytest.raises(ApplicationError) as failed:
+            await ActivityEnvironment().run(
+                post_notification, NotifyRequest(url=hook.url, event=EVENT)
+            )
+        assert len(hook.received) == 1  # the POST, signed
+        assert hook.received[0].headers["X-Keel-Signature"].startswith("sha256=")
+        assert elsewhere.received == []  # neither the event nor its signature went on
+    assert f"HTTP {status} redirect" in str(failed.value) and "not followed" in str(failed.value)
+    assert not failed.value.non_retryable and failed.value.type != NOTIFY_REFUSED
+    assert elsewhere.url in caplog.text  # the log says where it pointed
+
+
 def test_signature_depends_on_secret_timestamp_and_body() -> None:
     base = signature("k", "100", b"{}")
     assert base.startswith("sha256=") and len(base) == 7 + 64

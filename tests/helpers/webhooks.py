@@ -1,4 +1,5 @@
-"""A local HTTP receiver for notifications: records every POST, fails or hangs on request."""
+"""A local HTTP receiver for notifications: records every request, fails, hangs or redirects
+on request."""
 
 from __future__ import annotations
 
@@ -38,12 +39,17 @@ class Receiver:
             then 200.
         hang: never answer (until ``release`` is set, at the end of the block).
         status: the answer after the failures (default 200).
+        location: the ``Location`` header of every answer (with a 3xx ``status``, a
+            redirect).
+
+    It records every request, whatever its method (a redirect followed would be a GET).
     """
 
     url: str
     fail_first: int = 0
     hang: bool = False
     status: int = 200
+    location: str | None = None
     received: list[Received] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -86,9 +92,13 @@ def receiver(**behaviour: Any) -> Iterator[Receiver]:
             tries = [r for r in state.received if r.headers.get("X-Keel-Delivery") == delivery]
             failing = len(tries) <= state.fail_first
             self.send_response(500 if failing else state.status)
+            if state.location is not None:
+                self.send_header("Location", state.location)
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"ok")
+
+        do_GET = do_PUT = do_HEAD = do_POST  # noqa: N815 - http.server's names
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
