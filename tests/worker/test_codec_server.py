@@ -140,7 +140,7 @@ def raw_answer(port: int, head: bytes, body_chunks: Iterator[bytes]) -> bytes:
                 break
         answer = b""
         try:
-            while b"\r\n\r\n" not in answer:
+            while not _complete(answer):
                 data = sock.recv(65536)
                 if not data:
                     break
@@ -148,6 +148,18 @@ def raw_answer(port: int, head: bytes, body_chunks: Iterator[bytes]) -> bytes:
         except ConnectionResetError:
             pass
         return answer
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether an HTTP answer's head and (by its Content-Length) body are all in."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return True
 
 
 def head(headers: dict[str, str]) -> bytes:
@@ -160,7 +172,7 @@ def test_a_declared_length_over_4_mb_is_refused_before_reading(codec_port: int) 
     request = head({**AUTH, "Content-Length": str(100 * 1024 * 1024)})
     answer = raw_answer(codec_port, request, iter([b"{" * 1024]))
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
-    assert b"over the limit of 4,194,304 bytes" in answer or b"Content-Length" in answer
+    assert b"over the limit of 4,194,304 bytes" in answer, answer
 
 
 def test_a_chunked_body_is_cut_off_past_4_mb(codec_port: int) -> None:
