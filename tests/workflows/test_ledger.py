@@ -43,8 +43,8 @@ from workflows.session import AgentSession
 
 # What AgentSession may hold beside its ledger: its configuration, a start error, and what is
 # in flight within one run (activity handles, signals held for one workflow task, running
-# sub-agent children and decisions not yet forwarded to them: no run continues-as-new while a
-# child runs), and the tasks delivering notifications (their notifications are in the ledger).
+# sub-agent children, the children to ask and the decisions being handed to them, and
+# decisions not yet forwarded: no run continues-as-new while a child runs), and the tasks delivering notifications (their notifications are in the ledger).
 RUN_LOCAL = {
     "_config",
     "_ledger",
@@ -54,6 +54,8 @@ RUN_LOCAL = {
     "_held",
     "_continuing",
     "_children",
+    "_report_due",
+    "_handing_on",
     "_forward",
     "_deliveries",
 }
@@ -94,6 +96,7 @@ def every_field_set() -> Ledger:
         update_acks={"steer/up-2": '{"turn_id":3}'},
         single_turn=True,
         parent_session="parent-1",
+        ancestors=["parent-1", "root-1"],
         mirrored={"i-child": "parent-1/helper-t1"},
         outbox=[
             Notification(
