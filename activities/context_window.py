@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workflows.messages import Message
+from keel.workflows.messages import Message
 
 
 def _opens_exchange(message: Message) -> bool:

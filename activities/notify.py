@@ -1,4 +1,4 @@
-"""``keel.notify.post``: POST a session's notification (``workflows.notifications``) as JSON.
+"""``keel.notify.post``: POST a session's notification (``keel.workflows.notifications``) as JSON.
 
 Standard library only (``urllib.request``, ``hmac``, ``hashlib``): the request runs in a daemon
 thread, so a receiver that never answers holds neither the worker's event loop nor its
@@ -33,10 +33,10 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.activity_contracts import NotifyRequest, NotifyResponse
-from workflows.activity_options import NOTIFY_ACTIVITY, NOTIFY_HTTP_TIMEOUT_S, NOTIFY_REFUSED
-from workflows.contracts import notify_urls
-from workflows.notifications import where
+from keel.workflows.activity_contracts import NotifyRequest, NotifyResponse
+from keel.workflows.activity_options import NOTIFY_ACTIVITY, NOTIFY_HTTP_TIMEOUT_S, NOTIFY_REFUSED
+from keel.workflows.contracts import notify_urls
+from keel.workflows.notifications import where
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.activity_contracts import ChildReportRequest, ForwardRequest, ForwardResponse
-from workflows.activity_options import CHILD_REPORT_ACTIVITY, FORWARD_ACTIVITY, NOT_OUR_CHILD
-from workflows.contracts import ChildInterrupts, InterruptAck
+from keel.workflows.activity_contracts import ChildReportRequest, ForwardRequest, ForwardResponse
+from keel.workflows.activity_options import CHILD_REPORT_ACTIVITY, FORWARD_ACTIVITY, NOT_OUR_CHILD
+from keel.workflows.contracts import ChildInterrupts, InterruptAck
 
 INTERRUPTS_QUERY = "interrupts"
 # RPC answers that mean the child session is gone or closed: retrying will not help.

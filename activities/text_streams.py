@@ -1,7 +1,7 @@
 """Streamed model text for watchers: the whole text of each model-call attempt, in memory.
 
 The model activity appends every text delta to a ``TextStream``; the worker's stream endpoint
-(``worker.process.stream_server``) serves it to readers from any offset, so a reader that
+(``keel.worker.process.stream_server``) serves it to readers from any offset, so a reader that
 connects late, or reconnects, still gets every character in order. Nothing here touches
 Temporal: the activity advertises a stream (its URL and a random token) in its heartbeat
 details, which live in the activity's pending state on the server, never in workflow history.

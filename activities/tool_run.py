@@ -22,22 +22,22 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.heartbeats import LoopHeartbeats
-from activities.mcp.config import McpTransportError
-from activities.store import ConversationStore
-from activities.tools import (
+from keel.activities.heartbeats import LoopHeartbeats
+from keel.activities.mcp.config import McpTransportError
+from keel.activities.store import ConversationStore
+from keel.activities.tools import (
     RegisteredTool,
     ToolContext,
     ToolInterrupted,
     get_tool,
     registered_tools,
 )
-from workflows.activity_contracts import ToolQuestion, ToolRequest, ToolResponse
-from workflows.activity_options import TOOL_ACTIVITY, heartbeat_every_s
-from workflows.messages import ToolResult, ToolResultContent, error_result
+from keel.workflows.activity_contracts import ToolQuestion, ToolRequest, ToolResponse
+from keel.workflows.activity_options import TOOL_ACTIVITY, heartbeat_every_s
+from keel.workflows.messages import ToolResult, ToolResultContent, error_result
 
 if TYPE_CHECKING:
-    from activities.mcp.servers import McpServers, McpTool
+    from keel.activities.mcp.servers import McpServers, McpTool
 
 __all__ = ["ToolActivities", "run_tool"]
 
@@ -253,7 +253,7 @@ async def _invoke_mcp(
     A JSON-RPC error from the server is a tool failure (an error result, by ``run_tool``);
     a broken connection raises ``McpTransportError``.
     """
-    from activities.mcp.results import result_content
+    from keel.activities.mcp.results import result_content
 
     use = request.tool_use
     answer = await mcp.call(tool, use.input, request.session_id, request.idempotency_key)

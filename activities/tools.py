@@ -4,7 +4,7 @@ A tool is a plain function (sync or async) decorated with ``@tool`` or
 ``@tool(requires_approval=True, timeout_s=60)``. Its input schema comes from its type hints and
 its Google-style docstring (summary and body become the description, ``Args:`` entries the
 parameter descriptions), through a pydantic model built from the signature; the same model
-validates the model's input before the tool runs (see ``activities.tool_run``).
+validates the model's input before the tool runs (see ``keel.activities.tool_run``).
 
 A worker imports the modules named with ``--tools`` (:func:`load_tool_modules`); importing a
 module registers its tools here.
@@ -22,8 +22,8 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from workflows.contracts import ToolSpec
-from workflows.tool_policies import policies_of
+from keel.workflows.contracts import ToolSpec
+from keel.workflows.tool_policies import policies_of
 
 __all__ = [
     "MCP_MODULE_PREFIX",

@@ -6,9 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from activities import Verdict, tool_policy
-from activities.tools import ToolContext, tool
-from workflows.messages import ToolUse
+from keel.activities.tools import ToolContext, tool
+from keel.workflows.messages import ToolUse
+from keel.workflows.tool_policies import Verdict, tool_policy
 
 __all__ = [
     "add",

@@ -1,9 +1,11 @@
-"""The code's shape: no import cycles between Keel's modules, one public surface per package."""
+"""The code's shape: one installed name, one public face, no import cycles, no upward arrows."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.metadata
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ PACKAGES = ("workflows", "activities", "worker")
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = ["keel", *path.relative_to(ROOT).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -84,10 +86,54 @@ def test_no_import_cycles_between_keel_modules() -> None:
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
 
 
+# The layers, lowest first: a module may import its own layer and the ones below it.
+LAYERS = ("keel.workflows", "keel.activities", "keel.worker")
+
+
+def test_no_upward_arrows() -> None:
+    modules = keel_modules()
+    known = set(modules)
+    upward = []
+    for name, path in modules.items():
+        mine = next(i for i, layer in enumerate(LAYERS) if name.startswith(layer))
+        for target in imports_of(path, known):
+            theirs = next(i for i, layer in enumerate(LAYERS) if target.startswith(layer))
+            if theirs > mine:
+                upward.append(f"{name} -> {target}")
+    assert upward == []
+
+
+def test_keel_is_the_one_installed_name() -> None:
+    distribution = importlib.metadata.distribution("keel")
+    top_level = (distribution.read_text("top_level.txt") or "").split()
+    assert top_level == ["keel"], top_level
+    # the source list of an editable install also names the tests; a wheel has no tests
+    files = [str(f) for f in distribution.files or [] if str(f).endswith(".py")]
+    outside = [f for f in files if not f.startswith(("keel/", "tests/", "__editable__"))]
+    assert outside == []
+
+
+def test_the_public_face_names_what_it_has() -> None:
+    keel = importlib.import_module("keel")
+    where = vars(keel)["_WHERE"]
+    assert sorted(where) == keel.__all__
+    for name in keel.__all__:
+        assert getattr(keel, name) is getattr(importlib.import_module(where[name]), name)
+
+
 @pytest.mark.parametrize("package", PACKAGES)
-def test_each_package_says_what_it_exports(package: str) -> None:
-    module = importlib.import_module(package)
-    exported = getattr(module, "__all__", None)
-    assert exported, f"{package}/__init__.py has no __all__"
-    for name in exported:
-        assert hasattr(module, name), f"{package}.__all__ names {name!r}, which it lacks"
+def test_inner_packages_export_nothing(package: str) -> None:
+    module = importlib.import_module(f"keel.{package}")
+    assert not hasattr(module, "__all__"), f"keel.{package} re-exports; the face is keel"
+    assert "keel/__init__.py" in (module.__doc__ or ""), "say where the public names are"
+
+
+def test_nothing_imports_keel_by_its_old_top_level_names() -> None:
+    old = re.compile(r"^\s*(from|import) (workflows|activities|worker)\b", re.M)
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in ROOT.rglob("*.py")
+        if ".git" not in p.parts and "keel" not in p.relative_to(ROOT).parts[:1]
+        and old.search(p.read_text())
+    ]
+    assert offenders == []

@@ -4,7 +4,7 @@ With it, the Web UI and the ``temporal`` CLI show encrypted sessions in the clea
 holds the token.
 
 ``POST /decode`` and ``POST /encode`` take and return ``{"payloads": [...]}`` (Temporal's
-protobuf JSON of ``Payloads``), through ``worker.encryption.EncryptionCodec``. Every request
+protobuf JSON of ``Payloads``), through ``keel.worker.encryption.EncryptionCodec``. Every request
 needs ``Authorization: Bearer <KEEL_CODEC_TOKEN>``; the UI's origin gets CORS headers (its
 preflight carries no credentials, so ``OPTIONS`` is answered without the token).
 
@@ -35,8 +35,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import Payload, Payloads
 
-from activities.store.encrypted import NONCE_BYTES, EncryptionKeyError, Keyring
-from worker.encryption import ENCODING, KEY_ID, EncryptionCodec
+from keel.activities.store.encrypted import NONCE_BYTES, EncryptionKeyError, Keyring
+from keel.worker.encryption import ENCODING, KEY_ID, EncryptionCodec
 
 logger = logging.getLogger("keel.codec")
 

@@ -10,7 +10,7 @@ An encrypted payload that cannot be opened (a key this process lacks, or data th
 authentication: anyone can send a signal that claims to be encrypted) is not an error of the
 codec, which would fail the whole workflow task, every time, for good: it is passed on as it
 is, marked with why (``DECRYPT_ERROR``), and converting it fails, naming the key id
-(``worker.payloads``). So a signal carrying one is dropped and logged, an update or a query
+(``keel.worker.payloads``). So a signal carrying one is dropped and logged, an update or a query
 is refused, and the session goes on; a payload of the session's own history (its start
 input, an activity's result) still fails the workflow task, clearly, until a worker with the
 right key takes it.
@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from activities.store.encrypted import EncryptionKeyError, Keyring
+from keel.activities.store.encrypted import EncryptionKeyError, Keyring
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"

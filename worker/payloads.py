@@ -8,7 +8,7 @@ converter builds a JSON schema serializer and a type-adapter cache each time, ab
 a replay's time. Keel's payload converter class reuses one set of encoding converters instead,
 so the cache of type adapters is kept, too.
 
-``data_converter(keyring)`` adds the encryption codec (``worker.encryption``) when keys are
+``data_converter(keyring)`` adds the encryption codec (``keel.worker.encryption``) when keys are
 configured. A payload still encrypted once decoded (no keys here, or the codec could not
 open it) fails to convert with an error naming its key, instead of an unknown encoding.
 """
@@ -27,8 +27,8 @@ from temporalio.converter import (
     EncodingPayloadConverter,
 )
 
-from activities.store.encrypted import Keyring
-from worker.encryption import ENCODING, EncryptionCodec, missing_key
+from keel.activities.store.encrypted import Keyring
+from keel.worker.encryption import ENCODING, EncryptionCodec, missing_key
 
 
 class _EncryptedWithoutKey(EncodingPayloadConverter):

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 from temporalio.service import TLSConfig
 
-from activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
+from keel.activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
 
 DEFAULT_TASK_QUEUE = "keel"
 DEFAULT_NAMESPACE = "default"
@@ -109,6 +109,8 @@ class Settings:
     rpc_metadata: tuple[tuple[str, str], ...] = ()
     encryption_key: str | None = field(default=None, repr=False)
     decryption_keys: str | None = field(default=None, repr=False)
+    stream_listen: str | None = None
+    stream_advertise: str | None = None
 
     @property
     def store(self) -> str:
@@ -145,6 +147,8 @@ class Settings:
             rpc_metadata=metadata,
             encryption_key=env.get("KEEL_ENCRYPTION_KEY") or None,
             decryption_keys=env.get("KEEL_DECRYPTION_KEYS") or None,
+            stream_listen=env.get("KEEL_STREAM_LISTEN") or None,
+            stream_advertise=env.get("KEEL_STREAM_ADVERTISE") or None,
         )
 
     def keyring(self) -> Keyring | None:

@@ -3,7 +3,7 @@
 Everything Keel prints for a person to run (``keel approve SESSION ID`` after a turn, in
 ``keel pending``, on the web page) is built by ``command``: each word is quoted with
 ``shlex.quote``, so pasting the line runs exactly that ``keel`` command, whatever the session
-or interrupt id holds. (Workflow code cannot import ``shlex``; ``workflows.notifications``
+or interrupt id holds. (Workflow code cannot import ``shlex``; ``keel.workflows.notifications``
 quotes the same way by hand.)
 
 A session id that ``keel`` accepts has only the characters of ``SESSION_ID_CHARS``, which no

@@ -1,6 +1,6 @@
 """Approver keys on the client side: make a key pair, load a private key, sign a decision.
 
-The workflow checks what is signed here (``workflows.signing``). A private key is an Ed25519
+The workflow checks what is signed here (``keel.workflows.signing``). A private key is an Ed25519
 key in PKCS#8 PEM, written with mode 0600; its public half is shared as ``ed25519:<base64>``.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from workflows.signing import PUBLIC_KEY_PREFIX, fingerprint, signed_message
+from keel.workflows.signing import PUBLIC_KEY_PREFIX, fingerprint, signed_message
 
 # A PEM Ed25519 private key is about 120 bytes; no more than this is read of a key file.
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -103,6 +103,6 @@ class ApproverKey:
         reason: str | None,
         approver: str | None,
     ) -> str:
-        """The base64 signature of ``workflows.signing.signed_message`` of these."""
+        """The base64 signature of ``keel.workflows.signing.signed_message`` of these."""
         message = signed_message(session_id, interrupt_id, kind, what, reason, approver)
         return base64.b64encode(self.key.sign(message)).decode()

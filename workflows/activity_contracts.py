@@ -1,7 +1,7 @@
 """Typed inputs and outputs of the activities the session workflow calls.
 
 ``keel.model.converse`` and ``keel.tool.run``: one pydantic model each way, as Temporal's
-samples do. The workflow's own surface (updates, queries) is in ``workflows.contracts``.
+samples do. The workflow's own surface (updates, queries) is in ``keel.workflows.contracts``.
 
 Pure module: imported by workflow code.
 """
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from workflows.contracts import (
+from keel.workflows.contracts import (
     Answer,
     Decision,
     InferenceConfig,
@@ -21,7 +21,7 @@ from workflows.contracts import (
     PrefixRef,
     ToolSpec,
 )
-from workflows.messages import Message, TokenUsage, ToolResult, ToolUse
+from keel.workflows.messages import Message, TokenUsage, ToolResult, ToolUse
 
 # Field defaults that a compact payload leaves out: JSON-equal values only.
 _EMPTY: tuple[Any, ...] = (None, [], {})
@@ -161,7 +161,7 @@ class NotifyRequest(KeelModel):
 
     Attributes:
         url: where to POST (one of ``SessionConfig.notify``).
-        event: the JSON body (``workflows.notifications``); the same on every attempt.
+        event: the JSON body (``keel.workflows.notifications``); the same on every attempt.
     """
 
     url: str

@@ -16,9 +16,9 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows.contracts import KeelModel, SessionConfig, SessionResult, TurnStatus
-from workflows.ledger import SessionInput
-from workflows.messages import ContentBlock, Message, TokenUsage, text_block
+from keel.workflows.contracts import KeelModel, SessionConfig, SessionResult, TurnStatus
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import ContentBlock, Message, TokenUsage, text_block
 
 # The child's workflow type: started by name, so this module does not import the session.
 SESSION_WORKFLOW = "AgentSession"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from workflows.boundary import InputRejected
-from workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
-from workflows.signing import BadSignature, fingerprint, signed_message, verify
+from keel.workflows.boundary import InputRejected
+from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
+from keel.workflows.signing import BadSignature, fingerprint, signed_message, verify
 
 
 class UnknownInterrupt(InputRejected):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workflows.messages import ContentBlock, Message, error_result
+from keel.workflows.messages import ContentBlock, Message, error_result
 
 PROMPT_BLOCK_KINDS = frozenset({"text", "image", "document"})
 # A prompt bigger than this is refused: it must fit one Temporal payload (2 MB) with room.

@@ -1,8 +1,8 @@
 """The session workflow's surface: configuration, update and query types, turn records.
 
 One pydantic model per update, signal and query, as Temporal's samples do. The activities'
-inputs and outputs are in ``workflows.activity_contracts``; the workflow's start input and
-its state are in ``workflows.ledger``.
+inputs and outputs are in ``keel.workflows.activity_contracts``; the workflow's start input and
+its state are in ``keel.workflows.ledger``.
 
 Pure module: imported by workflow code.
 """
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workflows.messages import ContentBlock, ConverseModel, Message, TokenUsage, ToolUse
+from keel.workflows.messages import ContentBlock, ConverseModel, Message, TokenUsage, ToolUse
 
 TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "awaiting_human"]
 SessionStatus = Literal["idle", "running", "closing", "closed"]
@@ -109,13 +109,13 @@ class SessionConfig(KeelModel):
         policy: the name of a tool policy registered on the workers (``@tool_policy``),
             consulted for every tool use: run, deny with a reason, or require approval.
         policies: further policies every tool use must pass; a sub-agent's session gets
-            its parents' here (``workflows.inheritance``). The strictest verdict counts.
+            its parents' here (``keel.workflows.inheritance``). The strictest verdict counts.
         approvers: identities allowed to decide; empty means anyone who can reach the
             session. The identity is what the decision claims: Temporal's own authorization
             decides who may send updates at all.
         approver_keys: approver name -> Ed25519 public key (``ed25519:<base64>``). When any
             is given, a decision or answer counts only when signed by the key of the approver
-            it names (``workflows.signing``); approvers without a key cannot decide.
+            it names (``keel.workflows.signing``); approvers without a key cannot decide.
         approval_timeout_s: deny an interrupt nobody decided within this many seconds.
         max_cycles_per_turn: end a turn (stop reason ``max_cycles``) before a model call
             past this many.
@@ -132,10 +132,10 @@ class SessionConfig(KeelModel):
         agents: sub-agents by name, each offered to the model as a tool of that name taking
             ``{"prompt": string}``; a call runs one turn of a child session.
         notify: http(s) URLs that get a JSON POST when an interrupt opens and when a turn
-            ends (``workflows.notifications``); a failed POST never stops the session.
+            ends (``keel.workflows.notifications``); a failed POST never stops the session.
         heartbeat_timeout_s: how long a running model call or tool run may go without a
             heartbeat before Temporal deems its worker lost and retries it on another;
-            None: Keel's default, 2 s (``workflows.activity_options.HEARTBEAT_TIMEOUT``).
+            None: Keel's default, 2 s (``keel.workflows.activity_options.HEARTBEAT_TIMEOUT``).
             Each running activity heartbeats three times per timeout.
     """
 
@@ -249,7 +249,7 @@ class Decision(KeelModel):
 
     A decision approves or denies; it cannot carry a tool input (unknown fields are
     rejected), so what runs is what the model produced. ``signature``: base64 Ed25519
-    signature of ``workflows.signing.signed_message`` by the approver's key, required when
+    signature of ``keel.workflows.signing.signed_message`` by the approver's key, required when
     the session has ``approver_keys``.
     """
 
@@ -384,7 +384,7 @@ class SessionState(KeelModel):
 
 
 class Notification(KeelModel):
-    """A notification not delivered yet: one event for one URL (``workflows.notifications``).
+    """A notification not delivered yet: one event for one URL (``keel.workflows.notifications``).
 
     Attributes:
         key: ``<event id>#<index of the URL in SessionConfig.notify>``; unique in a session.
@@ -401,7 +401,7 @@ class ChildInterrupts(KeelModel):
     """A sub-agent's interrupts, for its parent: the ``interrupts`` query's answer.
 
     Also the input of the ``child_interrupts`` signal, which a parent takes only as a hint
-    to ask its child (``workflows.sub_agents``): it never believes the list a signal carries.
+    to ask its child (``keel.workflows.sub_agents``): it never believes the list a signal carries.
     """
 
     child_id: str

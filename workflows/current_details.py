@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workflows.ledger import Ledger
+from keel.workflows.ledger import Ledger
 
 
 def current_details(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from workflows.messages import (
+from keel.workflows.messages import (
     ContentBlock,
     Message,
     ToolResult,

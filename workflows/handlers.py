@@ -1,7 +1,7 @@
 """The messages ``AgentSession`` takes: updates, signals and queries, with their validators.
 
 Handlers only read and record, in the session's ``Ledger``; the session loop in
-``workflows.session`` acts on what they record. Every handler is synchronous, so none is ever
+``keel.workflows.session`` acts on what they record. Every handler is synchronous, so none is ever
 left running at continue-as-new.
 """
 
@@ -13,10 +13,10 @@ from typing import TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activity_contracts import ModelResponse, ToolResponse
-    from workflows.approvals import check_answer, check_decision, signer_fingerprint
-    from workflows.boundary import InputRejected, validate_prompt
-    from workflows.contracts import (
+    from keel.workflows.activity_contracts import ModelResponse, ToolResponse
+    from keel.workflows.approvals import check_answer, check_decision, signer_fingerprint
+    from keel.workflows.boundary import InputRejected, validate_prompt
+    from keel.workflows.contracts import (
         Answer,
         CancelAck,
         CancelInput,
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SteerInput,
         TurnRecord,
     )
-    from workflows.ledger import Ledger
+    from keel.workflows.ledger import Ledger
 
 _Ack = TypeVar("_Ack", bound=KeelModel)
 
@@ -82,7 +82,7 @@ class SessionHandlers:
     # sub-agents' interrupts whose decision or answer is being handed to the child now
     _handing_on: set[str]
 
-    # defined by ``workflows.sub_agents.SubAgentSessions``
+    # defined by ``keel.workflows.sub_agents.SubAgentSessions``
     def _child_deciding(self, interrupt: Interrupt) -> str | None:
         raise NotImplementedError
 

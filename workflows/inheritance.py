@@ -17,8 +17,8 @@ Pure module: imported by workflow code.
 
 from __future__ import annotations
 
-from workflows.boundary import InputRejected
-from workflows.contracts import SessionConfig
+from keel.workflows.boundary import InputRejected
+from keel.workflows.contracts import SessionConfig
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:

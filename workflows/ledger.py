@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import Field, field_serializer
 from temporalio import workflow
 
-from workflows.contracts import (
+from keel.workflows.contracts import (
     Event,
     EventType,
     Interrupt,
@@ -38,7 +38,7 @@ from workflows.contracts import (
     TurnRecord,
     TurnStatus,
 )
-from workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
+from keel.workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
 
 # How much of the past a run hands to the next beyond what it must.
 CARRIED_EVENTS = 50

@@ -142,11 +142,17 @@ class Message(ConverseModel):
 
 
 class TokenUsage(ConverseModel):
-    """Token counts, as Converse reports them."""
+    """Token counts, as Converse reports them.
+
+    ``unknown`` is True when the model server did not report the counts of a call (some
+    OpenAI-compatible servers never do for a streamed answer), or of one of the calls a sum
+    covers: the counts then leave those calls out. None, and left off the wire, otherwise.
+    """
 
     inputTokens: int = 0
     outputTokens: int = 0
     totalTokens: int = 0
+    unknown: bool | None = None
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         """Sum two usages."""
@@ -154,6 +160,7 @@ class TokenUsage(ConverseModel):
             inputTokens=self.inputTokens + other.inputTokens,
             outputTokens=self.outputTokens + other.outputTokens,
             totalTokens=self.totalTokens + other.totalTokens,
+            unknown=True if self.unknown or other.unknown else None,
         )
 
 

@@ -5,8 +5,8 @@ the command that decides it, and ``turn_ended`` when a turn completes, fails or 
 Each event has an ``id`` unique in the session (the same on every attempt, so a receiver can
 drop duplicates) and a one-line ``text``, so a Slack incoming webhook takes it as it is.
 
-Delivery is the activity ``keel.notify.post`` (``activities.notify``), with the timeouts and
-retries of ``workflows.activity_options``. The session never waits for it in a turn: the
+Delivery is the activity ``keel.notify.post`` (``keel.activities.notify``), with the timeouts and
+retries of ``keel.workflows.activity_options``. The session never waits for it in a turn: the
 activity runs in a task of its own while the turn goes on, and a failure is logged and shown
 in the event log (``notification_failed``), never raised. Undelivered notifications are
 kept in ``Ledger.outbox`` until their activity ends, so nothing is abandoned on the way:
@@ -30,16 +30,16 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activity_contracts import NotifyRequest, NotifyResponse
-    from workflows.activity_options import (
+    from keel.workflows.activity_contracts import NotifyRequest, NotifyResponse
+    from keel.workflows.activity_options import (
         NOTIFY_ACTIVITY,
         NOTIFY_RETRY,
         NOTIFY_SCHEDULE_TO_CLOSE,
         NOTIFY_START_TO_CLOSE,
     )
-    from workflows.contracts import Interrupt, Notification, SessionConfig, TurnRecord
-    from workflows.cycle import text_of
-    from workflows.ledger import Ledger
+    from keel.workflows.contracts import Interrupt, Notification, SessionConfig, TurnRecord
+    from keel.workflows.cycle import text_of
+    from keel.workflows.ledger import Ledger
 
 # How much of the turn's last answer a ``turn_ended`` event carries.
 ANSWER_CHARS = 500

@@ -22,8 +22,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activity_contracts import ModelRequest, ModelResponse, ToolRequest, ToolResponse
-    from workflows.activity_options import (
+    from keel.workflows.activity_contracts import (
+        ModelRequest,
+        ModelResponse,
+        ToolRequest,
+        ToolResponse,
+    )
+    from keel.workflows.activity_options import (
         MODEL_ACTIVITY,
         MODEL_RETRY,
         MODEL_START_TO_CLOSE,
@@ -32,9 +37,9 @@ with workflow.unsafe.imports_passed_through():
         heartbeat_timeout,
         tool_start_to_close,
     )
-    from workflows.approvals import denial_text, needs_approval
-    from workflows.boundary import InputRejected, normalise_history, validate_prompt
-    from workflows.contracts import (
+    from keel.workflows.approvals import denial_text, needs_approval
+    from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
+    from keel.workflows.contracts import (
         Answer,
         Decision,
         Interrupt,
@@ -43,8 +48,8 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TurnRecord,
     )
-    from workflows.current_details import current_details
-    from workflows.cycle import (
+    from keel.workflows.current_details import current_details
+    from keel.workflows.cycle import (
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
         close_unexecuted,
@@ -52,8 +57,8 @@ with workflow.unsafe.imports_passed_through():
         results_message,
         stripped,
     )
-    from workflows.ledger import Ledger, PendingCycle, SessionInput
-    from workflows.messages import (
+    from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
+    from keel.workflows.messages import (
         ContentBlock,
         Message,
         ToolResult,
@@ -62,15 +67,15 @@ with workflow.unsafe.imports_passed_through():
         text_block,
         tool_uses,
     )
-    from workflows.structured import (
+    from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
         closing_results,
         output_tool_spec,
         rejection,
     )
-    from workflows.sub_agents import SubAgentSessions, sub_agent_specs
-    from workflows.tool_policies import judge_all
+    from keel.workflows.sub_agents import SubAgentSessions, sub_agent_specs
+    from keel.workflows.tool_policies import judge_all
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "

@@ -7,7 +7,7 @@ deny, or the answer's canonical JSON), the reason and the approver's name. So a 
 replayed onto another interrupt or session, or a reason changed on the way, does not verify.
 
 Verification uses ``cryptography`` (OpenSSL's Ed25519), passed through the workflow sandbox
-(``worker.process.sandbox``): it is a pure function of the public key, the message and the
+(``keel.worker.process.sandbox``): it is a pure function of the public key, the message and the
 signature, so replaying it is deterministic, and it takes tens of microseconds where a
 pure-Python Ed25519 takes milliseconds and would be a second, unaudited implementation.
 """

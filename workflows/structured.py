@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workflows.contracts import ToolSpec
-from workflows.messages import ToolResult, ToolResultContent, ToolUse, error_result
+from keel.workflows.contracts import ToolSpec
+from keel.workflows.messages import ToolResult, ToolResultContent, ToolUse, error_result
 
 OUTPUT_TOOL = "final_result"
 OUTPUT_DESCRIPTION = (

@@ -6,7 +6,7 @@ name taking ``{"prompt": string}``. A call starts a child session (id ``<parent 
 final text, or its structured output as JSON, is the tool result.
 
 The child runs with its parent's rules for who may decide, narrowed and never widened by
-its own (``workflows.inheritance``), so a decision sent straight to the child is checked as
+its own (``keel.workflows.inheritance``), so a decision sent straight to the child is checked as
 the parent would check it. Its interrupts surface in the parent: the child signals
 ``child_interrupts``, which the parent takes only as a hint (a signal has no sender anyone
 can check): it asks its child through the activity ``keel.session.child_report``, which
@@ -33,17 +33,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activity_contracts import ChildReportRequest, ForwardRequest, ForwardResponse
-    from workflows.activity_options import (
+    from keel.workflows.activity_contracts import (
+        ChildReportRequest,
+        ForwardRequest,
+        ForwardResponse,
+    )
+    from keel.workflows.activity_options import (
         CHILD_REPORT_ACTIVITY,
         FORWARD_ACTIVITY,
         SESSION_CALL_RETRY,
         SESSION_CALL_START_TO_CLOSE,
     )
-    from workflows.agents import SESSION_WORKFLOW, agent_result, child_session_id
-    from workflows.approvals import signer_fingerprint
-    from workflows.boundary import InputRejected
-    from workflows.contracts import (
+    from keel.workflows.agents import SESSION_WORKFLOW, agent_result, child_session_id
+    from keel.workflows.approvals import signer_fingerprint
+    from keel.workflows.boundary import InputRejected
+    from keel.workflows.contracts import (
         Answer,
         ChildInterrupts,
         Decision,
@@ -55,12 +59,18 @@ with workflow.unsafe.imports_passed_through():
         SubAgent,
         ToolSpec,
     )
-    from workflows.cycle import text_of
-    from workflows.handlers import SessionHandlers
-    from workflows.inheritance import child_config
-    from workflows.ledger import SessionInput
-    from workflows.messages import ToolResult, ToolResultContent, ToolUse, error_result, text_block
-    from workflows.notifications import SessionNotifier
+    from keel.workflows.cycle import text_of
+    from keel.workflows.handlers import SessionHandlers
+    from keel.workflows.inheritance import child_config
+    from keel.workflows.ledger import SessionInput
+    from keel.workflows.messages import (
+        ToolResult,
+        ToolResultContent,
+        ToolUse,
+        error_result,
+        text_block,
+    )
+    from keel.workflows.notifications import SessionNotifier
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
 # Sub-agents are trusted only as far as their parent can check (see the module's docstring).

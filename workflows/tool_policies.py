@@ -4,7 +4,7 @@ A policy is a pure function of the tool use: it says run, deny (with a reason th
 sees) or require approval (with a reason the approver sees). Declare it in a module the
 worker loads (a ``--tools`` module), and name it in the session's ``policy``::
 
-    from activities import Verdict, tool_policy
+    from keel.activities import Verdict, tool_policy
 
     @tool_policy("payments")
     def payments(use: ToolUse) -> Verdict:
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.messages import ToolUse
+from keel.workflows.messages import ToolUse
 
 Action = Literal["run", "deny", "require_approval"]
 

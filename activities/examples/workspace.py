@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from activities.tools import tool
+from keel.activities.tools import tool
 
 __all__ = ["delete_file", "list_files", "read_file", "write_file"]
 

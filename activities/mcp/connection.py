@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from activities.mcp.config import McpServerConfig, McpServerError, McpTransportError
+from keel.activities.mcp.config import McpServerConfig, McpServerError, McpTransportError
 
 __all__ = ["McpConnection"]
 

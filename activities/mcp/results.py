@@ -15,7 +15,7 @@ from typing import Any
 
 import mcp_types as types
 
-from workflows.messages import ImageBlock, MediaSource, ToolResultContent
+from keel.workflows.messages import ImageBlock, MediaSource, ToolResultContent
 
 __all__ = ["result_content"]
 

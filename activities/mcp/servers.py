@@ -1,6 +1,7 @@
 """The MCP servers of one worker: connected at start, their tools offered beside ``@tool`` ones.
 
-``McpServers`` is what ``worker.process.assembly.build_worker(..., mcp_servers=...)`` makes. Its
+``McpServers`` is what ``keel.worker.process.assembly.build_worker(..., mcp_servers=...)``
+makes. Its
 ``running()`` context (entered by the worker through a temporalio plugin, around the worker's
 run) opens one connection per server, lists each server's tools and checks their names, and
 closes the connections when the worker stops. Inside it, the model activity describes the
@@ -21,15 +22,15 @@ import mcp_types as types
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 
-from activities.mcp.config import (
+from keel.activities.mcp.config import (
     McpConfigError,
     McpServerConfig,
     McpServerError,
     McpToolConflict,
 )
-from activities.mcp.connection import McpConnection
-from activities.tools import registered_tools
-from workflows.contracts import ToolSpec
+from keel.activities.mcp.connection import McpConnection
+from keel.activities.tools import registered_tools
+from keel.workflows.contracts import ToolSpec
 
 __all__ = ["McpServers", "McpTool"]
 

@@ -40,9 +40,9 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 )
 from pydantic import ValidationError
 
-from activities.models.base import DeltaCallback, ModelError, converse_tool_config
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.messages import ContentBlock, Message, TokenUsage
+from keel.activities.models.base import DeltaCallback, ModelError, converse_tool_config
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.messages import ContentBlock, Message, TokenUsage
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from activities.models.base import DeltaCallback, ModelError, converse_tool_config
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.contracts import KeelModel
-from workflows.messages import ContentBlock, Message, TokenUsage
+from keel.activities.models.base import DeltaCallback, ModelError, converse_tool_config
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.contracts import KeelModel
+from keel.workflows.messages import ContentBlock, Message, TokenUsage
 
 LOG_ENV = "KEEL_SCRIPTED_LOG"
 _log_lock = threading.Lock()

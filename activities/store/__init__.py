@@ -6,7 +6,7 @@ default; ``open_store("s3://bucket/prefix")`` the S3 store for many workers.
 
 from __future__ import annotations
 
-from activities.store.base import (
+from keel.activities.store.base import (
     BlobBackend,
     ConversationStore,
     StoreCorrupt,
@@ -14,13 +14,13 @@ from activities.store.base import (
     StoreMissing,
     message_digest,
 )
-from activities.store.encrypted import (
+from keel.activities.store.encrypted import (
     EncryptedBackend,
     EncryptionKeyError,
     Keyring,
     StoreEncryptionError,
 )
-from activities.store.local import LocalBackend
+from keel.activities.store.local import LocalBackend
 
 
 def open_store(spec: str, keyring: Keyring | None = None) -> ConversationStore:
@@ -36,7 +36,7 @@ def open_store(spec: str, keyring: Keyring | None = None) -> ConversationStore:
         ValueError: the spec names no bucket.
     """
     if spec.startswith("s3://"):
-        from activities.store.s3 import S3Backend  # boto3 only where S3 is used
+        from keel.activities.store.s3 import S3Backend  # boto3 only where S3 is used
 
         bucket, _, prefix = spec.removeprefix("s3://").partition("/")
         if not bucket:

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from workflows.contracts import PrefixRef
-from workflows.messages import ContentBlock, Message
+from keel.workflows.contracts import PrefixRef
+from keel.workflows.messages import ContentBlock, Message
 
 MESSAGE_CACHE = 20_000
 PREFIX_CACHE = 256

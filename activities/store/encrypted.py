@@ -1,7 +1,7 @@
 """Encryption at rest: AES-256-GCM under named keys, and a blob backend that uses it.
 
 One ``Keyring`` serves the conversation store (``EncryptedBackend``) and the Temporal payload
-codec (``worker.encryption``). It encrypts with one key and decrypts with that key or any
+codec (``keel.worker.encryption``). It encrypts with one key and decrypts with that key or any
 older one it was given, so keys can be rotated: new objects use the new key, old ones still
 read. Every sealed object names its key by id (the first 8 hex digits of the SHA-256 of the
 key), so a reader without that key says which key it lacks instead of returning garbage.
@@ -20,7 +20,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from activities.store.base import BlobBackend, StoreError
+from keel.activities.store.base import BlobBackend, StoreError
 
 KEY_BYTES = 32
 NONCE_BYTES = 12

@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 
-from activities.models import ModelError, resolve_model
-from activities.models.bedrock import (
+from keel.activities.models import ModelError, resolve_model
+from keel.activities.models.bedrock import (
     CREDENTIALS_MESSAGE,
     BedrockProvider,
     RetryableModelError,
     _client,
 )
+from keel.workflows.activity_contracts import ModelRequest
+from keel.workflows.contracts import InferenceConfig, ToolSpec
+from keel.workflows.messages import Message
 from tests.fakes.bedrock_server import (
     FakeBedrock,
     HttpError,
@@ -26,9 +29,6 @@ from tests.fakes.bedrock_server import (
     fake_bedrock_env,
 )
 from tests.helpers.scripts import text, tool_use
-from workflows.activity_contracts import ModelRequest
-from workflows.contracts import InferenceConfig, ToolSpec
-from workflows.messages import Message
 
 MODEL = "anthropic.claude-test:0"
 ECHO = ToolSpec(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import activities.store.local as local
-from activities.store.local import LocalBackend
+import keel.activities.store.local as local
+from keel.activities.store.local import LocalBackend
 
 KEY = "msg/ab" + "c" * 62
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import mcp_types as types
 import pytest
 
-import activities.tools as tools_module
-from activities.mcp import (
+import keel.activities.tools as tools_module
+from keel.activities.mcp import (
     McpConfigError,
     McpServerConfig,
     McpServerError,
@@ -22,12 +22,12 @@ from activities.mcp import (
     headers_variable,
     parse_mcp_spec,
 )
-from activities.mcp.results import result_content
-from activities.mcp.servers import McpServers
-from activities.tools import ToolModuleError, get_tool, load_tool_modules, specs_for_modules
+from keel.activities.mcp.results import result_content
+from keel.activities.mcp.servers import McpServers
+from keel.activities.tools import ToolModuleError, get_tool, load_tool_modules, specs_for_modules
+from keel.workflows.contracts import ToolSpec
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.mcp import Everything, children_running, hostile_server, time_server
-from workflows.contracts import ToolSpec
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 

@@ -6,10 +6,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import post_notification, signature
+from keel.activities.notify import post_notification, signature
+from keel.workflows.activity_contracts import NotifyRequest
+from keel.workflows.activity_options import NOTIFY_REFUSED
 from tests.helpers.webhooks import receiver
-from workflows.activity_contracts import NotifyRequest
-from workflows.activity_options import NOTIFY_REFUSED
 
 EVENT = {"id": "s/turn/1", "event": "turn_ended", "text": "done"}
 

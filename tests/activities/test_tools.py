@@ -18,11 +18,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import tests.sample_tools as sample_tools
-from activities import tools as registry
-from activities.model_call import ModelActivities
-from activities.store import ConversationStore, open_store
-from activities.tool_run import ToolActivities, run_tool
-from activities.tools import (
+from keel.activities import tools as registry
+from keel.activities.model_call import ModelActivities
+from keel.activities.store import ConversationStore, open_store
+from keel.activities.tool_run import ToolActivities, run_tool
+from keel.activities.tools import (
     ToolContext,
     ToolModuleError,
     get_tool,
@@ -31,10 +31,10 @@ from activities.tools import (
     specs_for_modules,
     tool,
 )
+from keel.workflows.activity_contracts import ModelRequest, ToolRequest
+from keel.workflows.activity_options import TOOL_REGISTRY_ERROR
+from keel.workflows.messages import Message, ToolResult, ToolUse, text_block
 from tests.helpers.scripts import respond, text, write_script
-from workflows.activity_contracts import ModelRequest, ToolRequest
-from workflows.activity_options import TOOL_REGISTRY_ERROR
-from workflows.messages import Message, ToolResult, ToolUse, text_block
 
 SAMPLE = "tests.sample_tools"
 SAMPLE_TOOLS = {

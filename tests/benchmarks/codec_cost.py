@@ -23,13 +23,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.store import Keyring, open_store
+from keel.activities.store import Keyring, open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.payloads import data_converter
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import dev_server
-from worker.client.keel_client import KeelClient
-from worker.payloads import data_converter
-from worker.process.assembly import build_worker
-from workflows.contracts import SessionConfig
 
 
 async def one_run(
@@ -85,7 +85,7 @@ async def codec_alone(keyring: Keyring, size: int, rounds: int = 2000) -> float:
     """Microseconds to encrypt then decrypt one payload of ``size`` bytes with the codec."""
     from temporalio.api.common.v1 import Payload
 
-    from worker.encryption import EncryptionCodec
+    from keel.worker.encryption import EncryptionCodec
 
     codec = EncryptionCodec(keyring)
     payload = Payload(metadata={"encoding": b"json/plain"}, data=os.urandom(size))

@@ -61,22 +61,22 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities.store import ConversationStore, open_store
-from tests.benchmarks.runner import cpu_seconds
-from tests.benchmarks.server import bench_server
-from tests.helpers.scripts import write_script
-from tests.helpers.temporal import free_port
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker, connect
-from worker.server.devserver import DevServer
-from worker.settings import DEFAULT_STICKY_TIMEOUT_S
-from workflows.activity_options import (
+from keel.activities.store import ConversationStore, open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker, connect
+from keel.worker.server.devserver import DevServer
+from keel.worker.settings import DEFAULT_STICKY_TIMEOUT_S
+from keel.workflows.activity_options import (
     HEARTBEAT_TIMEOUT,
     LEGACY_HEARTBEAT_TIMEOUT,
     MODEL_ACTIVITY,
     TOOL_ACTIVITY,
 )
-from workflows.contracts import SessionConfig
+from keel.workflows.contracts import SessionConfig
+from tests.benchmarks.runner import cpu_seconds
+from tests.benchmarks.server import bench_server
+from tests.helpers.scripts import write_script
+from tests.helpers.temporal import free_port
 
 TOOLS = "tests.sample_tools"
 MODES = ("legacy", "new")

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.store import open_store
-from activities.store.base import canonical_json
+from keel.activities.store import open_store
+from keel.activities.store.base import canonical_json
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import SessionConfig, TurnRecord
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server, run_histories
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker
-from workflows.contracts import SessionConfig, TurnRecord
 
 RESULT_BYTES = 2048
 

@@ -40,14 +40,14 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.store import ConversationStore, open_store
+from keel.activities.store import ConversationStore, open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.payloads import DATA_CONVERTER
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.messages import Message, tool_uses
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
-from worker.client.keel_client import KeelClient
-from worker.payloads import DATA_CONVERTER
-from worker.process.assembly import build_worker
-from workflows.contracts import SessionConfig
-from workflows.messages import Message, tool_uses
 
 TOOLS = "tests.sample_tools"
 TURN_TIMEOUT_S = 300.0

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.store import open_store
+from keel.activities.store import open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker, freeze_startup_heap
+from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker, freeze_startup_heap
-from workflows.contracts import SessionConfig
 
 # Sessions started at once: tracing every allocation slows workflow tasks down a lot.
 BATCH = 10

@@ -25,12 +25,12 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from keel.worker.payloads import DATA_CONVERTER
+from keel.worker.process.sandbox import sandbox_runner
+from keel.workflows.session import AgentSession
 from tests.benchmarks.history import loop_session
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
-from worker.payloads import DATA_CONVERTER
-from worker.process.sandbox import sandbox_runner
-from workflows.session import AgentSession
 
 RESULT_SIZE = 512
 

@@ -84,6 +84,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.client import WorkflowHistory as History
 from temporalio.worker import Replayer
 
+from keel.worker.payloads import DATA_CONVERTER
+from keel.worker.server.devserver import DevServer, terminate
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
@@ -98,8 +100,6 @@ from tests.benchmarks.peer import (
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import run_histories
-from worker.payloads import DATA_CONVERTER
-from worker.server.devserver import DevServer, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 # The stock dev server polls its transfer queue at most 20 times a second, so every workflow
@@ -403,9 +403,9 @@ class KeelSystem(System):
         return self._scripts[cycles]
 
     async def start(self, session_id: str, cycles: int, hold: bool = False) -> WorkflowHandle:
-        from workflows.contracts import CloseInput, SessionConfig
-        from workflows.ledger import SessionInput
-        from workflows.messages import text_block
+        from keel.workflows.contracts import CloseInput, SessionConfig
+        from keel.workflows.ledger import SessionInput
+        from keel.workflows.messages import text_block
 
         start = SessionInput(
             config=SessionConfig(model=self.model(cycles), tool_modules=[SAMPLE_TOOLS]),
@@ -426,7 +426,7 @@ class KeelSystem(System):
         )
 
     async def wait_done(self, handle: WorkflowHandle) -> None:
-        from workflows.contracts import TurnRecord
+        from keel.workflows.contracts import TurnRecord
 
         delay = 0.05
         while True:
@@ -438,13 +438,13 @@ class KeelSystem(System):
             delay = min(delay * 2, 0.5)
 
     async def release(self, handle: WorkflowHandle) -> None:
-        from workflows.contracts import CloseInput
+        from keel.workflows.contracts import CloseInput
 
         await handle.signal("close", CloseInput(reason="benchmark"))
 
     def replayer(self) -> Replayer:
-        from worker.process.sandbox import sandbox_runner
-        from workflows.session import AgentSession
+        from keel.worker.process.sandbox import sandbox_runner
+        from keel.workflows.session import AgentSession
 
         return Replayer(
             workflows=[AgentSession],

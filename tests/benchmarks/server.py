@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from worker.server.devserver import DevServer, find_temporal_cli
+from keel.worker.server.devserver import DevServer, find_temporal_cli
 
 PERSISTENCE = ("memory", "sqlite")
 

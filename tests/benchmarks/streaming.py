@@ -55,13 +55,13 @@ from temporalio.client import (
     OutboundInterceptor,
 )
 
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.streams import TextChunk
+from keel.worker.payloads import data_converter
+from keel.worker.server.devserver import DevServer, free_ports
+from keel.workflows.contracts import SessionConfig
 from tests.fakes.bedrock_server import FakeBedrock, Reply
 from tests.helpers.cli import ROOT, keel_env
-from worker.client.keel_client import KeelClient
-from worker.client.streams import TextChunk
-from worker.payloads import data_converter
-from worker.server.devserver import DevServer, free_ports
-from workflows.contracts import SessionConfig
 
 PATHS = ("heartbeats", "endpoint")
 TOKEN_CHARS = 7
@@ -285,7 +285,7 @@ async def worker(
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"):
         env.pop(name, None)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "worker.cli", "worker", env=env, cwd=ROOT,
+        sys.executable, "-m", "keel.worker.cli", "worker", env=env, cwd=ROOT,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
 

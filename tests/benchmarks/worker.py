@@ -5,7 +5,7 @@ Usage::
     python -m tests.benchmarks.worker keel --address 127.0.0.1:7233 --task-queue q --store DIR
     python -m tests.benchmarks.worker floor --address 127.0.0.1:7233 --task-queue q
 
-``keel`` is Keel's worker as ``keel worker`` makes it: ``worker.process.assembly.build_worker``
+``keel`` is Keel's worker as ``keel worker`` makes it: ``keel.worker.process.assembly.build_worker``
 (``AgentSession``, Keel's activities, the ``tests.sample_tools`` tools, Keel's sandbox and
 data converter), then ``freeze_startup_heap``; ``floor`` is a plain temporalio ``Worker`` for
 ``tests.benchmarks.floor`` (default data converter, default sandbox), heap left as it is.
@@ -32,8 +32,8 @@ SAMPLE_TOOLS = "tests.sample_tools"
 async def build(system: str, address: str, task_queue: str, store: str, **options: Any) -> Worker:
     """The worker of one system, connected to ``address``."""
     if system == "keel":
-        from activities.store import open_store
-        from worker.process.assembly import build_worker, connect
+        from keel.activities.store import open_store
+        from keel.worker.process.assembly import build_worker, connect
 
         client = await connect(address, "default")
         return build_worker(client, task_queue, [SAMPLE_TOOLS], store=open_store(store), **options)
@@ -65,7 +65,7 @@ async def main() -> None:
         options["max_cached_workflows"] = args.max_cached_workflows
     worker = await build(args.system, args.address, args.task_queue, args.store, **options)
     if (args.freeze_heap or ("yes" if args.system == "keel" else "no")) == "yes":
-        from worker.process.assembly import freeze_startup_heap
+        from keel.worker.process.assembly import freeze_startup_heap
 
         freeze_startup_heap()
     stop = asyncio.Event()

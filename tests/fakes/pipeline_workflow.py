@@ -7,7 +7,8 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
-from workflows import AgentResult, SessionConfig, run_agent
+from keel.workflows.agents import AgentResult, run_agent
+from keel.workflows.contracts import SessionConfig
 
 
 class PipelineInput(BaseModel):

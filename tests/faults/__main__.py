@@ -28,9 +28,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from keel.worker.payloads import DATA_CONVERTER
 from tests.faults.harness import KILL_POINTS, Outcome, run_all
 from tests.helpers.temporal import dev_server
-from worker.payloads import DATA_CONVERTER
 
 
 def summary(outcomes: list[Outcome]) -> list[str]:

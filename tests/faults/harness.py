@@ -19,7 +19,7 @@ picked up (workflow or activity; observed in the history and in the pending acti
 ``turn_s``, from the kill to the turn's completion, and ``worker_start_s``, from the new
 worker's process start to its first poll of the task queue (``resume_s`` cannot be shorter).
 Dead activity attempts are noticed by their heartbeat timeout (2 s,
-``workflows.activity_options``), workflow tasks left on the dead worker's sticky queue move
+``keel.workflows.activity_options``), workflow tasks left on the dead worker's sticky queue move
 after ``KEEL_STICKY_TIMEOUT_S`` (1 s); ``--compare`` (``compare=True``) runs each kill point
 again with the 10 s of both from before issue 23.
 """
@@ -47,14 +47,14 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 
-from activities.store import open_store
+from keel.activities.store import open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.activity_options import LEGACY_HEARTBEAT_TIMEOUT, TOOL_ACTIVITY
+from keel.workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
+from keel.workflows.messages import Message, tool_uses
+from keel.workflows.session import AgentSession
 from tests.fault_tools import read_effects, read_runs
 from tests.helpers.scripts import write_script
-from worker.client.keel_client import KeelClient
-from workflows.activity_options import LEGACY_HEARTBEAT_TIMEOUT, TOOL_ACTIVITY
-from workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
-from workflows.messages import Message, tool_uses
-from workflows.session import AgentSession
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = "tests.sample_tools,tests.fault_tools"
@@ -118,7 +118,7 @@ class WorkerProcess:
         self.role = role
         self.gate = gate
         if role == "both" and gate is None:
-            command = [sys.executable, "-m", "worker.cli", "worker", "--tools", TOOLS]
+            command = [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", TOOLS]
         else:
             command = [sys.executable, "-m", "tests.faults.worker", "--role", role]
             command += ["--tools", TOOLS]
@@ -369,7 +369,7 @@ class Run:
         return False
 
     async def resume_time(self, worker: WorkerProcess, since: float) -> float:
-        """Seconds from ``since`` until ``worker`` picked up a task of the session.
+        """Seconds from ``since`` until ``keel.worker`` picked up a task of the session.
 
         Also notes in ``start_s`` how long the worker's process took to poll.
         """

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from keel.workflows.activity_options import MODEL_START_TO_CLOSE
 from tests.faults.harness import KILL_POINTS, Outcome, RandomCase, random_cases, run_all
-from workflows.activity_options import MODEL_START_TO_CLOSE
 
 RANDOM_KILLS = int(os.environ.get("KEEL_FAULT_RANDOM", "4"))
 SEED = int(os.environ.get("KEEL_FAULT_SEED", "7"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import connect
+from keel.worker.server.devserver import DevServer, DevServerError
 from tests.faults.harness import PROMPT, ROOT, Outcome, Run, respond, text, worker_env
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import connect
-from worker.server.devserver import DevServer, DevServerError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -78,7 +78,7 @@ async def test_dev_server_restarts_on_its_own_port_at_once(tmp_path: Path) -> No
     await first.start()
     env = worker_env(first.address, "restart-port", tmp_path / "store", tmp_path / "log")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--tools", "tests.sample_tools"],
+        [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", "tests.sample_tools"],
         env=env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -3,7 +3,7 @@
 ``keel worker`` runs both in one process. To stop a session exactly between a tool finishing
 and the append (which happens in a workflow task), the fault harness runs the workflow side
 and the activity side in separate processes and kills only the workflow one. Both are built
-by ``worker.process.assembly.build_worker``, so they carry the product's options, then split::
+by ``keel.worker.process.assembly.build_worker``, so they carry the product's options, then split::
 
     python -m tests.faults.worker --role workflows|activities|both --tools MOD[,MOD]
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from activities.store import open_store
-from worker.process.assembly import build_worker, connect
-from worker.settings import Settings, WorkerSettings
+from keel.activities.store import open_store
+from keel.worker.process.assembly import build_worker, connect
+from keel.worker.settings import Settings, WorkerSettings
 
 
 async def main() -> None:

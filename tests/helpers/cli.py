@@ -26,7 +26,7 @@ def keel(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``keel ARGS`` to completion; its exit code, stdout and stderr."""
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "keel.worker.cli", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -39,7 +39,7 @@ def keel(
 def keel_worker(env: dict[str, str], tools: str) -> Iterator[subprocess.Popen[str]]:
     """``keel worker --tools TOOLS`` in its own process for the block; SIGTERM after it."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--tools", tools],
+        [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", tools],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-from activities.store import Keyring
+from keel.activities.store import Keyring
 
 
 def new_key() -> str:

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 
 from temporalio.worker import Worker
 
-from workflows import SessionConfig
+from keel.workflows.contracts import SessionConfig
 
 # ``async with run_worker(**worker_options): ...``
 RunWorker = Callable[..., AbstractAsyncContextManager[Worker]]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.mcp import McpServerConfig, parse_mcp_spec
+from keel.activities.mcp import McpServerConfig, parse_mcp_spec
 
 NPM_CACHE = Path(os.environ.get("KEEL_TEST_NPM_CACHE", Path.home() / ".cache" / "keel-test-npm"))
 EVERYTHING = "@modelcontextprotocol/server-everything"

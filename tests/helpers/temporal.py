@@ -12,8 +12,8 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from worker.payloads import DATA_CONVERTER
-from worker.server.devserver import find_temporal_cli, free_ports
+from keel.worker.payloads import DATA_CONVERTER
+from keel.worker.server.devserver import find_temporal_cli, free_ports
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 

@@ -21,8 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from worker.process.health import HealthServer
-from worker.settings import Settings, WorkerSettings
+from keel.worker.process.health import HealthServer
+from keel.worker.settings import Settings, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -401,8 +401,8 @@ def test_iam_schema_rejects_broader_grants(statement: int, change: dict[str, Any
 
 
 def test_the_deployment_docs_document_every_worker_setting() -> None:
-    from worker.cli import build_parser
-    from worker.settings import FLAG_NAMES
+    from keel.worker.cli.main import build_parser
+    from keel.worker.settings import FLAG_NAMES
 
     page = (ROOT / "docs" / "deployment.md").read_text()
     section = page[page.index("## 3. Workers") : page.index("## 4.")]

@@ -13,10 +13,10 @@ import argparse
 import asyncio
 import signal
 
-from activities.mcp import parse_mcp_spec
-from activities.store import open_store
-from worker.process.assembly import build_worker, connect
-from worker.settings import Settings
+from keel.activities.mcp import parse_mcp_spec
+from keel.activities.store import open_store
+from keel.worker.process.assembly import build_worker, connect
+from keel.worker.settings import Settings
 
 
 async def main() -> None:

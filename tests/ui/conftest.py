@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.store import ConversationStore, open_store
+from keel.activities.store import ConversationStore, open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker
+from keel.worker.ui.app import create_app
+from keel.worker.ui.serving import ui_running
+from keel.worker.ui.source import KeelSource
 from tests.helpers.browser import Page, chromium
 from tests.helpers.scripts import SAMPLE_TOOLS
-from worker.client import KeelClient
-from worker.process.assembly import build_worker
-from worker.ui import KeelSource, create_app, ui_running
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.server.connection import TemporalUnreachable
+from keel.worker.ui.app import create_app
+from keel.worker.ui.serving import ui_running
+from keel.worker.ui.source import KeelSource
 from tests.helpers.cli import keel_env
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import free_port
 from tests.helpers.ui_http import call, cookie_of, csrf_of
-from worker.client import KeelClient
-from worker.server.connection import TemporalUnreachable
-from worker.ui import KeelSource, create_app, ui_running
 
 TOKEN = "a-long-random-ui-token"
 
@@ -148,7 +150,7 @@ def test_keel_ui_refuses_other_addresses_without_a_token() -> None:
     env = keel_env()
     env.pop("KEEL_UI_TOKEN", None)
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "ui", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "keel.worker.cli", "ui", "--host", "0.0.0.0", "--port", "0"],
         env=env,
         capture_output=True,
         text=True,
@@ -168,7 +170,7 @@ async def test_keel_ui_serves_the_sessions_of_the_task_queue(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "worker.cli",
+        "keel.worker.cli",
         "ui",
         "--host",
         "0.0.0.0",

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import TurnRecord
 from tests.helpers.browser import Page
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
-from worker.client import KeelClient
-from workflows.contracts import TurnRecord
 
 
 def sid(kind: str) -> str:

@@ -12,11 +12,11 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from keel.worker.client.keel_client import KeelClient
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.shell import run_copied
 from tests.helpers.ui_http import call, cookie_of, csrf_of
-from worker.client import KeelClient
 
 
 async def first_events(url: str, path: str, wanted: str) -> tuple[int, str, str]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.signing import ApproverKey, generate_key
+from keel.worker.ui.app import create_app
+from keel.worker.ui.serving import ui_running
+from keel.worker.ui.source import KeelSource, Signer
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.ui_http import call, cookie_of, csrf_of
-from worker.client import KeelClient
-from worker.signing import ApproverKey, generate_key
-from worker.ui import KeelSource, Signer, create_app, ui_running
 
 
 async def test_the_page_signs_as_the_approver_whose_key_it_holds(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.client.agent_files import AgentFileError, load_agent_file
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.client import AgentFileError, load_agent_file
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -122,7 +122,7 @@ def test_the_jobs_page_agent_file_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "nightly.toml"
     config = load_agent_file(example).config
     assert config.model.endswith("activities/examples/approval.json")
-    assert config.tool_modules == ["activities.examples.workspace"] and config.notify == []
+    assert config.tool_modules == ["keel.activities.examples.workspace"] and config.notify == []
 
 
 def test_not_toml(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
+from keel.worker.server.devserver import find_temporal_cli
 from tests.helpers.cli import ROOT, keel, keel_worker
 from tests.helpers.encryption import history_payload_data, json_payload_data, new_key, store_bytes
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from worker.server.devserver import find_temporal_cli
 
 CANARY = "CANARY-7f3a9c"
 
@@ -31,7 +31,7 @@ CANARY = "CANARY-7f3a9c"
 @contextmanager
 def codec_server(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "codec-server", "--port", str(port)],
+        [sys.executable, "-m", "keel.worker.cli", "codec-server", "--port", str(port)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -162,7 +162,7 @@ def test_keel_run_says_why_a_worker_with_another_key_makes_no_progress(
     env = {**server_env, "KEEL_ENCRYPTION_KEY": new_key(), "KEEL_STORE": store}
     with keel_worker(env | {"KEEL_ENCRYPTION_KEY": new_key()}, SAMPLE_TOOLS):
         run = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "run", "--model", model, "--progress", "hi"],
+            [sys.executable, "-m", "keel.worker.cli", "run", "--model", model, "--progress", "hi"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.cli.main import build_parser
+from keel.worker.server.devserver import find_temporal_cli
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from worker.cli import build_parser
-from worker.server.devserver import find_temporal_cli
 
 # Every command the sweep covers; test_the_sweep_covers_every_command keeps it complete.
 COMMANDS = (
@@ -99,7 +99,7 @@ class Waiting:
     def __init__(self, args: Sequence[str], env: dict[str, str]) -> None:
         self.args = list(args)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", *args],
+            [sys.executable, "-m", "keel.worker.cli", *args],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
@@ -351,7 +351,7 @@ def test_a_worker_that_comes_later_is_waited_for(
     waiting = Waiting(["run", "--json", "--model", model, "hello"], server_env)
     waiting.notice(task_queue)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "keel.worker.cli", "worker"],
         env=server_env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

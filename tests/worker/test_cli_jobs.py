@@ -22,13 +22,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from keel.worker.cli.console import turn_json
+from keel.worker.cli.main import run_cli
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.schedules import KeelSchedules, ScheduleSummary
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.webhooks import receiver
-from worker.cli.console import turn_json
-from worker.cli.main import run_cli
-from worker.client.keel_client import KeelClient
-from worker.client.schedules import KeelSchedules, ScheduleSummary
 
 T = TypeVar("T")
 

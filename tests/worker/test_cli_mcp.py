@@ -88,7 +88,7 @@ def test_run_against_a_server_of_its_own_refuses_mcp(server_env: dict[str, str])
 def test_a_worker_with_mcp_serves_sessions(server_env: dict[str, str], tmp_path: Path) -> None:
     log = tmp_path / "model.jsonl"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--mcp", TIME],
+        [sys.executable, "-m", "keel.worker.cli", "worker", "--mcp", TIME],
         env={**server_env, "KEEL_SCRIPTED_LOG": str(log)},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -46,8 +46,8 @@ def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> No
     home = tmp_path / "home"
     env = keel_env(KEEL_HOME=str(home))
     dev = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "dev", "--port", str(port), "--ui-port", str(ui_port)]
-        + ["--tools", SAMPLE_TOOLS],
+        [sys.executable, "-m", "keel.worker.cli", "dev", "--port", str(port)]
+        + ["--ui-port", str(ui_port), "--tools", SAMPLE_TOOLS],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.client.paths import local_path, sendable_model_spec, sendable_path
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import respond, text
 from tests.helpers.temporal import free_port
-from worker.client.paths import local_path, sendable_model_spec, sendable_path
 
 
 def test_a_relative_path_is_sent_absolute_when_the_file_is_here(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def dev_elsewhere(tmp_path: Path) -> Iterator[dict[str, str]]:
     home = tmp_path / "home"
     env = keel_env(KEEL_HOME=str(home))
     dev = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "dev", "--port", str(port)],
+        [sys.executable, "-m", "keel.worker.cli", "dev", "--port", str(port)],
         env=env,
         cwd=a,
         stdout=subprocess.PIPE,

@@ -20,15 +20,15 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from keel.worker.cli.follow import StreamedText, end_streamed_line, event_line, progress_line
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.streams import TextChunk
+from keel.worker.process.sandbox import sandbox_runner
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.activity_options import MODEL_ACTIVITY
+from keel.workflows.contracts import Event, SessionConfig, TurnRecord
+from keel.workflows.session import AgentSession
 from tests.helpers.cli import ROOT, keel_env
-from worker.cli.follow import StreamedText, end_streamed_line, event_line, progress_line
-from worker.client.keel_client import KeelClient
-from worker.client.streams import TextChunk
-from worker.process.sandbox import sandbox_runner
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.activity_options import MODEL_ACTIVITY
-from workflows.contracts import Event, SessionConfig, TurnRecord
-from workflows.session import AgentSession
 
 
 class StreamingModel:
@@ -85,7 +85,7 @@ async def test_streamed_text_reaches_the_client_and_keel_watch(
     watch = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "worker.cli",
+        "keel.worker.cli",
         "watch",
         session,
         env=env,

@@ -72,7 +72,7 @@ def test_watch_json_until_idle_sees_a_live_turn_in_order(
 ) -> None:
     session = session_id()
     run = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", *run_args(session, add_script(tmp_path, 1.5))]
+        [sys.executable, "-m", "keel.worker.cli", *run_args(session, add_script(tmp_path, 1.5))]
         + ["--json", "add 2 and 3"],
         env=server_env,
         cwd=ROOT,
@@ -206,7 +206,7 @@ class Terminal:
         master, slave = os.openpty()
         self.master = master
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", *args],
+            [sys.executable, "-m", "keel.worker.cli", *args],
             env=env,
             cwd=ROOT,
             stdin=slave,

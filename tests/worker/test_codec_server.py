@@ -16,10 +16,10 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
+from keel.worker.encryption import ENCODING, KEY_ID
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.temporal import free_port
-from worker.encryption import ENCODING, KEY_ID
 
 TOKEN = "codec-test-token"
 KEY = new_key()
@@ -33,7 +33,7 @@ def codec_port() -> Iterator[int]:
     port = free_port()
     env = keel_env(KEEL_ENCRYPTION_KEY=KEY, KEEL_CODEC_TOKEN=TOKEN)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "codec-server", "--port", str(port)],
+        [sys.executable, "-m", "keel.worker.cli", "codec-server", "--port", str(port)],
         env=env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.server.devserver import DevServer, DevServerError
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.server.devserver import DevServer, DevServerError
 
 
 def processes_mentioning(marker: str) -> list[int]:
@@ -52,7 +52,7 @@ def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "worker.cli",
+            "keel.worker.cli",
             "run",
             "--session",
             "crashy",

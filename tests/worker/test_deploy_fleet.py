@@ -20,12 +20,12 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.store import open_store
+from keel.activities.store import open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.activity_options import TOOL_ACTIVITY
+from keel.workflows.contracts import SessionConfig
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.client.keel_client import KeelClient
-from workflows.activity_options import TOOL_ACTIVITY
-from workflows.contracts import SessionConfig
 
 SESSIONS = 6
 
@@ -79,7 +79,7 @@ async def test_sessions_spread_across_workers_and_survive_losing_one(
     )
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
+            [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

@@ -25,13 +25,13 @@ from temporalio.client import Client
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from activities.store import open_store
+from keel.activities.store import open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.settings import ConfigError, Settings, WorkerSettings
+from keel.workflows.contracts import SessionConfig
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
-from worker.client.keel_client import KeelClient
-from worker.settings import ConfigError, Settings, WorkerSettings
-from workflows.contracts import SessionConfig
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"
@@ -280,7 +280,7 @@ async def test_worker_service_health_metrics_traces_logs_and_graceful_stop(
     )
     with log.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS]
+            [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS]
             + ["--metrics-port", str(metrics)],
             env=env,
             cwd=ROOT,
@@ -518,7 +518,7 @@ async def test_keel_worker_connects_with_mtls(
 
     def run_keel(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "worker.cli", *args],
+            [sys.executable, "-m", "keel.worker.cli", *args],
             env={**env, **extra},
             cwd=ROOT,
             capture_output=True,
@@ -536,7 +536,7 @@ async def test_keel_worker_connects_with_mtls(
             "TEMPORAL_TLS_CLIENT_KEY_PATH": str(pki["client-key"]),
         }
         worker = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
+            [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS],
             env={**env, **creds},
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

@@ -9,8 +9,8 @@ import temporalio.api.workflowservice.v1 as wsv1
 from google.protobuf.duration_pb2 import Duration
 from temporalio.client import Client
 
-from worker.server import devserver
-from worker.server.devserver import (
+from keel.worker.server import devserver
+from keel.worker.server.devserver import (
     DevServer,
     DevServerError,
     address_reachable,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.process.assembly import freeze_startup_heap
+from keel.worker.process.assembly import freeze_startup_heap
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadConverter
 
-from worker.process.interceptors import CYCLE_HEADER, _cycle_from_header, _cycle_payload
+from keel.worker.process.interceptors import CYCLE_HEADER, _cycle_from_header, _cycle_payload
 
 
 @pytest.mark.parametrize(("turn", "cycle"), [(1, 1), (3, 12), (1000, 0)])

@@ -20,19 +20,19 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.store import open_store
-from activities.text_streams import TextStreams
+from keel.activities.store import open_store
+from keel.activities.text_streams import TextStreams
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
+from keel.worker.payloads import data_converter
+from keel.worker.process.assembly import build_worker
+from keel.worker.process.stream_server import StreamConfig, StreamServer, stream_endpoint
+from keel.workflows.contracts import SessionConfig
 from tests.fakes.bedrock_server import FakeBedrock, Reply, StreamCut, fake_bedrock_env
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import SAMPLE_TOOLS, text, tool_use
-from worker.client.keel_client import KeelClient
-from worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
-from worker.payloads import data_converter
-from worker.process.assembly import build_worker
-from worker.process.stream_server import StreamConfig, StreamServer, stream_endpoint
-from workflows.contracts import SessionConfig
 
 MODEL = "bedrock:anthropic.claude-test"
 CONFIG = SessionConfig(model=MODEL)
@@ -148,7 +148,7 @@ async def test_keel_watch_and_run_progress_print_every_character(
     env = keel_env(
         TEMPORAL_ADDRESS=client.service_client.config.target_host, KEEL_TASK_QUEUE=task_queue
     )
-    command = [sys.executable, "-m", "worker.cli"]
+    command = [sys.executable, "-m", "keel.worker.cli"]
     async with run_worker(max_cached_workflows=10):  # quick queries: this is not about replay
         run = await asyncio.create_subprocess_exec(
             *command, "run", "--session", session, "--model", MODEL, "--tools", SAMPLE_TOOLS,

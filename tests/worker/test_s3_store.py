@@ -17,14 +17,14 @@ import pytest
 from moto.server import ThreadedMotoServer
 from temporalio.testing import WorkflowEnvironment
 
-from activities.store import StoreMissing, open_store
-from activities.store import s3 as s3_backend
+from keel.activities.store import StoreMissing, open_store
+from keel.activities.store import s3 as s3_backend
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.messages import Message
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port, run_histories
-from worker.client.keel_client import KeelClient
-from workflows.contracts import SessionConfig
-from workflows.messages import Message
 
 BUCKET = "keel-conversations"
 
@@ -86,7 +86,7 @@ async def test_two_worker_processes_share_the_s3_store(
     )
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "--tools", SAMPLE_TOOLS],
+            [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

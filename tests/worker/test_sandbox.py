@@ -10,23 +10,23 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-import worker.process.sandbox as sandbox
-from tests.fakes.clock_workflow import ReadsTheClock
-from tests.helpers.fixture_types import Script
-from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
-from tests.helpers.temporal import HISTORIES
-from tests.workflows.test_replay import RECORDED, _load
-from worker.client.keel_client import KeelClient
-from worker.payloads import DATA_CONVERTER
-from worker.process.assembly import build_worker
-from worker.process.sandbox import (
+import keel.worker.process.sandbox as sandbox
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.payloads import DATA_CONVERTER
+from keel.worker.process.assembly import build_worker
+from keel.worker.process.sandbox import (
     PASSTHROUGH_MODULES,
     CompiledSandboxRunner,
     compiled,
     compiled_code_active,
     sandbox_runner,
 )
-from workflows.session import AgentSession
+from keel.workflows.session import AgentSession
+from tests.fakes.clock_workflow import ReadsTheClock
+from tests.helpers.fixture_types import Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
+from tests.helpers.temporal import HISTORIES
+from tests.workflows.test_replay import RECORDED, _load
 
 
 def test_this_temporalio_has_the_instance_class_keel_extends() -> None:

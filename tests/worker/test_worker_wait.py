@@ -11,11 +11,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel.worker.client import calls
+from keel.worker.client.calls import NoWorker, WorkerWait, no_worker
+from keel.worker.client.keel_client import KeelClient, SessionClosed
+from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import respond, text
-from worker.client import calls
-from worker.client.calls import NoWorker, WorkerWait, no_worker
-from worker.client.keel_client import KeelClient, SessionClosed
-from workflows.contracts import SessionConfig
 
 
 def sid() -> str:

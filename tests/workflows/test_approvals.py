@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected, SessionNotFound
+from keel.workflows.contracts import TurnRecord
+from keel.workflows.messages import tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
-from worker.client.keel_client import KeelClient, RequestRejected, SessionNotFound
-from workflows.contracts import TurnRecord
-from workflows.messages import tool_uses
 
 
 def sid() -> str:
@@ -382,7 +382,7 @@ async def test_a_decide_signal_sent_as_soon_as_the_approval_shows_is_taken(
     interrupt opens (patch ``keel-held-signals``); a signal for an id that does not open in
     that task is still ignored (``test_hostile_input``: ``decide-signal-unknown-id``).
     """
-    from workflows.contracts import Decision
+    from keel.workflows.contracts import Decision
 
     async def signal(session: str, interrupt_id: str, decision: Any) -> None:
         update = Decision(interrupt_id=interrupt_id, decision=decision)
@@ -422,8 +422,8 @@ async def approve_as_soon_as_shown(
 
 
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
-    from worker.client.keel_client import _settling
-    from worker.client.reading import RequestRejected
+    from keel.worker.client.keel_client import _settling
+    from keel.worker.client.reading import RequestRejected
 
     calls: list[str] = []
 

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.messages import tool_uses
 from tests.fakes.bedrock_server import (
     FakeBedrock,
     HttpError,
@@ -19,9 +22,6 @@ from tests.fakes.bedrock_server import (
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import SAMPLE_TOOLS, text, tool_use
 from tests.workflows.test_session import no_dangling
-from worker.client.keel_client import KeelClient
-from workflows.contracts import SessionConfig
-from workflows.messages import tool_uses
 
 CONFIG = SessionConfig(model="bedrock:anthropic.claude-test", tool_modules=[SAMPLE_TOOLS])
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workflows.boundary import NOT_EXECUTED, InputRejected, normalise_history, validate_prompt
-from workflows.messages import ContentBlock, Message
+from keel.workflows.boundary import NOT_EXECUTED, InputRejected, normalise_history, validate_prompt
+from keel.workflows.messages import ContentBlock, Message
 
 
 def msg(role: str, *content: dict[str, Any]) -> Message:

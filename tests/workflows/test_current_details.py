@@ -8,12 +8,12 @@ from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import TurnRecord
+from keel.workflows.current_details import current_details
+from keel.workflows.ledger import Ledger
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from worker.client.keel_client import KeelClient
-from workflows.contracts import TurnRecord
-from workflows.current_details import current_details
-from workflows.ledger import Ledger
 
 # The built-in query behind the Temporal UI's "current details" (and `temporal workflow metadata`)
 METADATA_QUERY = "__temporal_workflow_metadata"

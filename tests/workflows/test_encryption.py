@@ -17,15 +17,15 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from activities.store import EncryptionKeyError, Keyring, StoreEncryptionError, open_store
+from keel.activities.store import EncryptionKeyError, Keyring, StoreEncryptionError, open_store
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.encryption import KEY_ID
+from keel.worker.payloads import data_converter
+from keel.worker.process.assembly import build_worker
 from tests.helpers.encryption import history_payload_data, keyring_of, new_key, store_bytes
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import temporal_cli
-from worker.client.keel_client import KeelClient
-from worker.encryption import KEY_ID
-from worker.payloads import data_converter
-from worker.process.assembly import build_worker
 
 
 def sid() -> str:

@@ -29,15 +29,15 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.service import RPCError
 
-from activities.store import ConversationStore, Keyring
+from keel.activities.store import ConversationStore, Keyring
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import Decision, PromptInput, SessionConfig
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import ContentBlock, Message
+from keel.workflows.session import AgentSession
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker
-from workflows.contracts import Decision, PromptInput, SessionConfig
-from workflows.ledger import SessionInput
-from workflows.messages import ContentBlock, Message
-from workflows.session import AgentSession
 
 FAULT_TOOLS = "tests.fault_tools"
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ class Bench:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "worker.cli",
+            "keel.worker.cli",
             "run",
             "--session",
             self.session,

@@ -28,15 +28,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
-from activities.store import ConversationStore, Keyring
+from keel.activities.store import ConversationStore, Keyring
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import PromptInput, SessionConfig, TurnRecord
+from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
+from keel.workflows.messages import ContentBlock, Message, tool_uses
+from keel.workflows.session import AgentSession
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from worker.client.keel_client import KeelClient
-from worker.process.assembly import build_worker
-from workflows.contracts import PromptInput, SessionConfig, TurnRecord
-from workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
-from workflows.messages import ContentBlock, Message, tool_uses
-from workflows.session import AgentSession
 
 
 @dataclass

@@ -18,33 +18,38 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import ModelActivities, ToolActivities
-from activities.tools import load_tool_modules
-from tests.helpers.fixture_types import Script
-from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
-from worker.client.keel_client import KeelClient
-from worker.payloads import DATA_CONVERTER
-from workflows import (
-    ContentBlock,
+from keel.activities.model_call import ModelActivities
+from keel.activities.tool_run import ToolActivities
+from keel.activities.tools import load_tool_modules
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.payloads import DATA_CONVERTER
+from keel.workflows.contracts import (
     Event,
     Interrupt,
-    Message,
+    Notification,
+    PrefixRef,
     SessionConfig,
-    SessionInput,
+    ToolSpec,
+    TurnRecord,
+)
+from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
+from keel.workflows.messages import (
+    ContentBlock,
+    Message,
     TokenUsage,
     ToolUse,
-    TurnRecord,
+    error_result,
     text_block,
 )
-from workflows.contracts import Notification, PrefixRef, ToolSpec
-from workflows.ledger import Ledger, PendingCycle, QueuedPrompt
-from workflows.messages import error_result
-from workflows.session import AgentSession
+from keel.workflows.session import AgentSession
+from tests.helpers.fixture_types import Script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 
 # What AgentSession may hold beside its ledger: its configuration, a start error, and what is
 # in flight within one run (activity handles, signals held for one workflow task, running
 # sub-agent children, the children to ask and the decisions being handed to them, and
-# decisions not yet forwarded: no run continues-as-new while a child runs), and the tasks delivering notifications (their notifications are in the ledger).
+# decisions not yet forwarded: no run continues-as-new while a child runs), and the tasks
+# delivering notifications (their notifications are in the ledger).
 RUN_LOCAL = {
     "_config",
     "_ledger",

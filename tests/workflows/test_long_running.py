@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.store import ConversationStore, open_store
-from activities.store.base import canonical_json
+from keel.activities.store import ConversationStore, open_store
+from keel.activities.store.base import canonical_json
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.process.assembly import build_worker
+from keel.workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
+from keel.workflows.messages import Message, text_block
+from keel.workflows.session import AgentSession
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import run_histories, save_history
 from tests.workflows.test_approvals import lines
 from tests.workflows.test_session import no_dangling, result_texts
-from worker.client.keel_client import KeelClient, RequestRejected
-from worker.process.assembly import build_worker
-from workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
-from workflows.messages import Message, text_block
-from workflows.session import AgentSession
 
 
 def sid() -> str:

@@ -16,9 +16,11 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.mcp import McpServerConfig
-from activities.store import ConversationStore
-from activities.tool_run import MAX_RESULT_BYTES
+from keel.activities.mcp import McpServerConfig
+from keel.activities.store import ConversationStore
+from keel.activities.tool_run import MAX_RESULT_BYTES
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.messages import Message, ToolResult
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.mcp import (
     children_running,
@@ -29,8 +31,6 @@ from tests.helpers.mcp import (
 )
 from tests.helpers.scripts import respond, text, tool_use
 from tests.workflows.test_session import no_dangling
-from worker.client.keel_client import KeelClient
-from workflows.messages import Message, ToolResult
 
 ROOT = Path(__file__).resolve().parents[2]
 

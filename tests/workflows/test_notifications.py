@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.cli.follow import event_line
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import SessionConfig, SubAgent
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.helpers.webhooks import receiver
-from worker.cli.follow import event_line
-from worker.client.keel_client import KeelClient
-from workflows.contracts import SessionConfig, SubAgent
 
 SECRET = "s3cret-for-tests"
 

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.messages import tool_uses
 from tests.fakes.openai_server import Failure, FakeOpenAIServer, Reply, ToolCall
 from tests.helpers.fixture_types import RunWorker
-from worker.client.keel_client import KeelClient
-from workflows.contracts import SessionConfig
-from workflows.messages import tool_uses
 
 CONFIG = SessionConfig(model="openai:llama-test", tool_modules=["tests.sample_tools"])
 

@@ -10,14 +10,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.store import ConversationStore
+from keel.activities.store import ConversationStore
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.plugin import KeelPlugin
+from keel.workflows.contracts import Interrupt
 from tests.fakes.pipeline_workflow import Pipeline, PipelineInput, PipelineResult, prepare, publish
 from tests.helpers.encryption import history_payload_data, new_key, store_bytes
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import save_history
-from worker import KeelClient, KeelPlugin
-from workflows.contracts import Interrupt
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
 
@@ -145,3 +146,47 @@ async def test_the_plugin_encrypts_with_the_key_in_the_environment(
         assert canary.encode() not in history_payload_data(history), run_of
     sealed = store_bytes(store_dir)
     assert sealed and canary.encode() not in sealed
+
+
+async def test_the_plugin_is_the_one_worker_assembly(
+    client: Client, task_queue: str, store: ConversationStore
+) -> None:
+    """A plain Worker with the plugin gets what ``keel worker`` runs with, and keeps its own."""
+    from datetime import timedelta
+
+    from keel.worker.process.assembly import build_worker
+    from keel.worker.process.interceptors import KeelInterceptor
+    from keel.worker.process.plugin import BUILD_ID, HEARTBEAT_THROTTLE
+    from keel.worker.process.sandbox import CompiledSandboxRunner
+
+    # one worker per task queue and process: each gets its own
+    plain = Worker(
+        client, task_queue=task_queue + "-a", plugins=[KeelPlugin([SAMPLE_TOOLS], store=store)]
+    )
+    built = build_worker(client, task_queue + "-b", [SAMPLE_TOOLS], store=store)
+    for worker in (plain, built):
+        config = worker.config(active_config=True)
+        assert any(isinstance(i, KeelInterceptor) for i in config.get("interceptors", ()))
+        assert config.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=1)
+        assert config.get("build_id") == BUILD_ID
+        assert config.get("max_heartbeat_throttle_interval") == HEARTBEAT_THROTTLE
+        assert isinstance(config.get("workflow_runner"), CompiledSandboxRunner)
+        assert config.get("activity_executor") is not None
+        names = {getattr(a, "__temporal_activity_definition").name for a in config["activities"]}
+        assert names == {
+            "keel.model.converse",
+            "keel.tool.run",
+            "keel.notify.post",
+            "keel.session.child_report",
+            "keel.session.forward",
+        }
+    # what the worker is given explicitly stays
+    own = Worker(
+        client,
+        task_queue=task_queue + "-c",
+        build_id="mine",
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=10),
+        plugins=[KeelPlugin([SAMPLE_TOOLS], store=store)],
+    )
+    assert own.config(active_config=True).get("build_id") == "mine"
+    assert own.config(active_config=True).get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=10)

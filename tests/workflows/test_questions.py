@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.workflows.contracts import TurnRecord
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
-from worker.client.keel_client import KeelClient, RequestRejected
-from workflows.contracts import TurnRecord
 
 
 def sid() -> str:

@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.workflows.contracts import PromptInput, SessionConfig
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import Message, tool_uses
+from keel.workflows.session import AgentSession
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
-from worker.client.keel_client import KeelClient, RequestRejected
-from workflows.contracts import PromptInput, SessionConfig
-from workflows.ledger import SessionInput
-from workflows.messages import Message, tool_uses
-from workflows.session import AgentSession
 
 
 def sid() -> str:

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.signing import ApproverKey, generate_key
+from keel.workflows.signing import fingerprint
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.workflows.test_session import update_events
-from worker.client.keel_client import KeelClient, RequestRejected
-from worker.signing import ApproverKey, generate_key
-from workflows.signing import fingerprint
 
 
 def sid() -> str:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.workflows.messages import Message, tool_uses
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import save_history
-from worker.client.keel_client import KeelClient, RequestRejected
-from workflows.messages import Message, tool_uses
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -19,13 +19,13 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.workflows.contracts import Interrupt, SessionConfig, SubAgent, TurnRecord
+from keel.workflows.inheritance import child_config
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import temporal_cli
 from tests.workflows.test_signed_approvals import keys, signed
-from worker.client.keel_client import KeelClient, RequestRejected
-from workflows.contracts import Interrupt, SessionConfig, SubAgent, TurnRecord
-from workflows.inheritance import child_config
 
 
 def sid() -> str:

@@ -1,5 +1,5 @@
-"""``python3 -m worker.cli``: the ``keel`` command."""
+"""``python3 -m keel.worker.cli``: the ``keel`` command."""
 
-from worker.cli.main import main
+from keel.worker.cli.main import main
 
 main()

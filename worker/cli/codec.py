@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from worker.cli.console import EXIT_OK
-from worker.cli.run_inputs import UsageError
-from worker.codec_server import DEFAULT_ORIGINS, serve_codec
-from worker.settings import Settings
+from keel.worker.cli.console import EXIT_OK
+from keel.worker.cli.run_inputs import UsageError
+from keel.worker.codec_server import DEFAULT_ORIGINS, serve_codec
+from keel.worker.settings import Settings
 
 
 async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from worker.client.keel_client import SessionSummary
-from worker.shell import command
-from workflows.contracts import Interrupt, SessionState, TurnRecord
-from workflows.cycle import text_of
+from keel.worker.client.keel_client import SessionSummary
+from keel.worker.shell import command
+from keel.workflows.contracts import Interrupt, SessionState, TurnRecord
+from keel.workflows.cycle import text_of
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -74,7 +74,7 @@ def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
 
 
 def decide_commands(session: str, interrupt: Interrupt) -> list[str]:
-    """The commands that decide an interrupt, quoted for a shell (see ``worker.shell``)."""
+    """The commands that decide an interrupt, quoted for a shell (see ``keel.worker.shell``)."""
     if interrupt.kind == "question":
         return [command("keel", "respond", session, interrupt.id, "<answer: JSON or text>")]
     return [

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
-from worker.client.keel_client import SETTLED, KeelClient, SessionNotFound
-from worker.client.streams import TextChunk
-from workflows.contracts import Event, SessionState, TurnRecord
+from keel.worker.client.keel_client import SETTLED, KeelClient, SessionNotFound
+from keel.worker.client.streams import TextChunk
+from keel.workflows.contracts import Event, SessionState, TurnRecord
 
 # How long an event that ends a model call waits for the last of that call's text.
 TEXT_END_WAIT_S = 1.0
@@ -40,7 +40,24 @@ def _clock(at: str) -> str:
 def _tokens(usage: Any) -> str:
     if not isinstance(usage, Mapping):
         return "? tokens"
-    return f"{usage.get('inputTokens', 0)} in / {usage.get('outputTokens', 0)} out tokens"
+    return tokens_text(usage.get("inputTokens", 0), usage.get("outputTokens", 0), usage)
+
+
+def tokens_text(inputs: object, outputs: object, usage: Any) -> str:
+    """``N in / M out tokens``; ``tokens unknown`` when the model server reported none.
+
+    Args:
+        inputs: input tokens.
+        outputs: output tokens.
+        usage: the usage (a ``TokenUsage`` or its dict): its ``unknown`` marks counts the
+            server did not report, which a sum then leaves out.
+    """
+    unknown = usage.get("unknown") if isinstance(usage, Mapping) else usage.unknown
+    if not unknown:
+        return f"{inputs} in / {outputs} out tokens"
+    if not inputs and not outputs:
+        return "tokens unknown (not reported by the model server)"
+    return f"{inputs} in / {outputs} out tokens, and some the model server did not report"
 
 
 def _error_of(event: Event, turns: Mapping[int, TurnRecord]) -> str | None:

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from temporalio.worker import Worker
 
-from activities.store import open_store
-from worker.cli.console import (
+from keel.activities.store import open_store
+from keel.worker.cli.console import (
     EXIT_OK,
     EXIT_WAITING,
     interrupt_json,
@@ -27,14 +27,15 @@ from worker.cli.console import (
     sessions_json,
     show_json,
 )
-from worker.cli.follow import Follower
-from worker.cli.run_inputs import UsageError
-from worker.cli.session_access import existing_session
-from worker.client import KeelClient
-from worker.process.sandbox import sandbox_runner
-from worker.server.connection import TemporalConnection, open_connection
-from worker.settings import Settings
-from workflows import AgentSession, SessionState
+from keel.worker.cli.follow import Follower, tokens_text
+from keel.worker.cli.run_inputs import UsageError
+from keel.worker.cli.session_access import existing_session
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.process.sandbox import sandbox_runner
+from keel.worker.server.connection import TemporalConnection, open_connection
+from keel.worker.settings import Settings
+from keel.workflows.contracts import SessionState
+from keel.workflows.session import AgentSession
 
 T = TypeVar("T")
 
@@ -62,10 +63,15 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
         u = t.usage
         print(
             f"[turn {t.turn_id} {t.status}: {t.cycles} model calls, "
-            f"{u.inputTokens} in / {u.outputTokens} out tokens]"
+            f"{tokens_text(u.inputTokens, u.outputTokens, u)}]"
         )
     u = state.usage
-    print(f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} out]")
+    if u.unknown:
+        print(f"[{state.status}; {tokens_text(u.inputTokens, u.outputTokens, u)}]")
+    else:
+        print(
+            f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} out]"
+        )
     return EXIT_OK
 
 

@@ -19,17 +19,17 @@ from typing import NoReturn
 from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.mcp import McpConfigError, McpServerError
-from activities.store import EncryptionKeyError, StoreError
-from activities.tools import ToolModuleError
-from worker.cli.codec import cmd_codec_server
-from worker.cli.console import EXIT_FAILED, EXIT_INVALID
-from worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
-from worker.cli.run_inputs import UsageError, add_session_flags
-from worker.cli.schedules import add_schedule_parser
-from worker.cli.serving import cmd_dev, cmd_worker
-from worker.cli.session_access import START_A_WORKER
-from worker.cli.turns import (
+from keel.activities.mcp import McpConfigError, McpServerError
+from keel.activities.store import EncryptionKeyError, StoreError
+from keel.activities.tools import ToolModuleError
+from keel.worker.cli.codec import cmd_codec_server
+from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID
+from keel.worker.cli.inspect import cmd_pending, cmd_sessions, cmd_show, cmd_watch
+from keel.worker.cli.run_inputs import UsageError, add_session_flags
+from keel.worker.cli.schedules import add_schedule_parser
+from keel.worker.cli.serving import cmd_dev, cmd_worker
+from keel.worker.cli.session_access import START_A_WORKER
+from keel.worker.cli.turns import (
     cmd_cancel,
     cmd_decide,
     cmd_keygen,
@@ -38,15 +38,15 @@ from worker.cli.turns import (
     cmd_steer,
     cmd_wait,
 )
-from worker.cli.ui import cmd_ui
-from worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
-from worker.client.schedules import ScheduleNotFound
-from worker.server.connection import TemporalUnreachable
-from worker.server.devserver import DevServerError
-from worker.settings import ConfigError, Settings
-from worker.shell import session_id_problem
-from worker.signing import ApproverKeyError
-from worker.ui import DEFAULT_HOST, DEFAULT_PORT, UiBindError
+from keel.worker.cli.ui import cmd_ui
+from keel.worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
+from keel.worker.client.schedules import ScheduleNotFound
+from keel.worker.server.connection import TemporalUnreachable
+from keel.worker.server.devserver import DevServerError
+from keel.worker.settings import ConfigError, Settings
+from keel.worker.shell import session_id_problem
+from keel.worker.signing import ApproverKeyError
+from keel.worker.ui.serving import DEFAULT_HOST, DEFAULT_PORT, UiBindError
 
 # Failures of the request itself: exit 2 with the reason.
 _INVALID = (

@@ -15,16 +15,16 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from activities.mcp import McpServerConfig, parse_mcp_spec
-from activities.models import ModelError, parse_model_spec
-from activities.structured import OutputSchemaError, check_output_schema
-from worker.client.agent_files import AgentFile, AgentFileError, load_agent_file
-from worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
-from workflows.boundary import InputRejected, normalise_history
-from workflows.contracts import SessionConfig
-from workflows.ledger import SessionInput
-from workflows.messages import Message, text_block
-from workflows.signing import BadSignature, public_key_bytes
+from keel.activities.mcp import McpServerConfig, parse_mcp_spec
+from keel.activities.models import ModelError, parse_model_spec
+from keel.activities.structured import OutputSchemaError, check_output_schema
+from keel.worker.client.agent_files import AgentFile, AgentFileError, load_agent_file
+from keel.worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
+from keel.workflows.boundary import InputRejected, normalise_history
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import Message, text_block
+from keel.workflows.signing import BadSignature, public_key_bytes
 
 
 class UsageError(Exception):

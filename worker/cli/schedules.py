@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from worker.cli.console import EXIT_OK
-from worker.cli.run_inputs import (
+from keel.worker.cli.console import EXIT_OK
+from keel.worker.cli.run_inputs import (
     UsageError,
     add_session_flags,
     check_model,
@@ -24,10 +24,10 @@ from worker.cli.run_inputs import (
     read_agent,
     sendable_model,
 )
-from worker.cli.session_access import require_lasting_server
-from worker.client.schedules import OVERLAP_POLICIES, KeelSchedules, ScheduleSummary
-from worker.server.connection import open_connection
-from worker.settings import Settings
+from keel.worker.cli.session_access import require_lasting_server
+from keel.worker.client.schedules import OVERLAP_POLICIES, KeelSchedules, ScheduleSummary
+from keel.worker.server.connection import open_connection
+from keel.worker.settings import Settings
 
 # ``--every``: a number and a unit, repeated: 90s, 5m, 1h30m, 1d.
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)")

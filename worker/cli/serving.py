@@ -7,21 +7,21 @@ import contextlib
 import dataclasses
 import sys
 
-from worker.cli.console import EXIT_OK
-from worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
-from worker.cli.ui import build_app, ui_source
-from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
-from worker.process.serve import run_until_signalled, serve_worker
-from worker.server.connection import connect_configured
-from worker.server.devserver import DevServer
-from worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
-from worker.ui import DEFAULT_HOST, UiBindError, ui_running
+from keel.worker.cli.console import EXIT_OK
+from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
+from keel.worker.cli.ui import build_app, ui_source
+from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
+from keel.worker.process.serve import run_until_signalled, serve_worker
+from keel.worker.server.connection import connect_configured
+from keel.worker.server.devserver import DevServer
+from keel.worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
+from keel.worker.ui.serving import DEFAULT_HOST, UiBindError, ui_running
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """``keel worker``: run a worker until SIGTERM or Ctrl-C, then shut down gracefully.
 
-    Flags win over their environment variables (see ``worker.settings``); an invalid
+    Flags win over their environment variables (see ``keel.worker.settings``); an invalid
     setting exits 2 with the reason.
     """
     flags = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAG_NAMES.items()}
@@ -59,7 +59,11 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         )
         async with mcp_servers_running(mcp_servers(args.mcp)) as mcp:
             worker = build_worker(
-                client, settings.task_queue, tool_modules(args.tools), mcp_servers=mcp or ()
+                client,
+                settings.task_queue,
+                tool_modules(args.tools),
+                mcp_servers=mcp or (),
+                settings=settings,
             )
             page, _ = build_app(settings, ui_source(settings, client), None)
             async with contextlib.AsyncExitStack() as stack:

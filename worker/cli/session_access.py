@@ -6,13 +6,14 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from activities.store import open_store
-from worker.cli.follow import end_streamed_line
-from worker.cli.run_inputs import UsageError
-from worker.client import KeelClient, WorkerWait
-from worker.server.connection import TemporalConnection, open_connection
-from worker.server.devserver import DEFAULT_ADDRESS, address_reachable
-from worker.settings import Settings
+from keel.activities.store import open_store
+from keel.worker.cli.follow import end_streamed_line
+from keel.worker.cli.run_inputs import UsageError
+from keel.worker.client.calls import WorkerWait
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.server.connection import TemporalConnection, open_connection
+from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
+from keel.worker.settings import Settings
 
 # What to do when no worker answers: said after each "no worker" line.
 START_A_WORKER = "start one with `keel worker` (or `keel dev`)"

@@ -15,7 +15,7 @@ import sys
 import uuid
 from typing import TextIO
 
-from worker.cli.console import (
+from keel.worker.cli.console import (
     EXIT_OK,
     EXIT_TIMEOUT,
     ask_decision,
@@ -26,8 +26,8 @@ from worker.cli.console import (
     print_turn,
     print_where,
 )
-from worker.cli.follow import Follower
-from worker.cli.run_inputs import (
+from keel.worker.cli.follow import Follower
+from keel.worker.cli.run_inputs import (
     UsageError,
     agent_modules,
     check_model,
@@ -39,16 +39,16 @@ from worker.cli.run_inputs import (
     sendable_model,
     tool_modules,
 )
-from worker.cli.session_access import existing_session, keel_client, require_lasting_server
-from worker.client import KeelClient, RequestRejected
-from worker.client.calls import pollers
-from worker.server.connection import open_connection
-from worker.settings import Settings
-from worker.shell import session_id_problem
-from worker.signing import ApproverKey, generate_key
-from workflows.boundary import InputRejected, validate_prompt
-from workflows.contracts import SessionConfig
-from workflows.messages import Message, text_block
+from keel.worker.cli.session_access import existing_session, keel_client, require_lasting_server
+from keel.worker.client.calls import RequestRejected, pollers
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.server.connection import open_connection
+from keel.worker.settings import Settings
+from keel.worker.shell import session_id_problem
+from keel.worker.signing import ApproverKey, generate_key
+from keel.workflows.boundary import InputRejected, validate_prompt
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.messages import Message, text_block
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,4 +1,4 @@
-"""``keel ui``: the web page for approvals (``worker.ui``), and its part in ``keel dev``."""
+"""``keel ui``: the web page for approvals (``keel.worker.ui``), and its part in ``keel dev``."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ import sys
 from starlette.applications import Starlette
 from temporalio.client import Client
 
-from activities.store import open_store
-from worker.cli.console import EXIT_OK
-from worker.cli.session_access import QUERY_TIMEOUT_S
-from worker.client import KeelClient
-from worker.server.connection import connect_configured
-from worker.settings import Settings
-from worker.signing import ApproverKey
-from worker.ui import KeelSource, Signer, TemporalDown, check_bind, create_app, ui_running
+from keel.activities.store import open_store
+from keel.worker.cli.console import EXIT_OK
+from keel.worker.cli.session_access import QUERY_TIMEOUT_S
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.server.connection import connect_configured
+from keel.worker.settings import Settings
+from keel.worker.signing import ApproverKey
+from keel.worker.ui.app import create_app
+from keel.worker.ui.serving import check_bind, ui_running
+from keel.worker.ui.source import KeelSource, Signer, TemporalDown
 
 TOKEN_ENV = "KEEL_UI_TOKEN"
 APPROVER_ENV = "KEEL_UI_APPROVER"

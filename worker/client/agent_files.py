@@ -19,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from activities.structured import OutputSchemaError, check_output_schema
-from worker.client.paths import local_path, sendable_model_spec
-from workflows.contracts import SessionConfig, SubAgent, notify_urls
-from workflows.structured import OUTPUT_TOOL
+from keel.activities.structured import OutputSchemaError, check_output_schema
+from keel.worker.client.paths import local_path, sendable_model_spec
+from keel.workflows.contracts import SessionConfig, SubAgent, notify_urls
+from keel.workflows.structured import OUTPUT_TOOL
 
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
 MAX_AGENT_DEPTH = 2

@@ -29,7 +29,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store.encrypted import EncryptionKeyError
+from keel.activities.store.encrypted import EncryptionKeyError
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class SessionCalls:
         wait_for_worker: bool = False,
         on_waiting: Callable[[WorkerWait], None] | None = None,
     ) -> None:
-        """Wrap a client made by ``worker.process.assembly.connect``.
+        """Wrap a client made by ``keel.worker.process.assembly.connect``.
 
         Args:
             client: the Temporal client.

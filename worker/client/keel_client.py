@@ -1,7 +1,7 @@
 """The Python API for clients: start sessions, send prompts, decide, wait for turns.
 
 ``KeelClient`` is the one class to use; its reading half (state, events, listings) lives in
-``worker.client.reading``.
+``keel.worker.client.reading``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from activities.structured import OutputSchemaError, check_output_schema
-from worker.client.reading import (
+from keel.activities.structured import OutputSchemaError, check_output_schema
+from keel.worker.client.reading import (
     ENDED,
     POLL_MAX_S,
     POLL_START_S,
@@ -29,10 +29,10 @@ from worker.client.reading import (
     SessionSummary,
     WorkerWait,
 )
-from worker.signing import ApproverKey
-from workflows.approvals import UnknownInterrupt
-from workflows.boundary import InputRejected, validate_prompt
-from workflows.contracts import (
+from keel.worker.signing import ApproverKey
+from keel.workflows.approvals import UnknownInterrupt
+from keel.workflows.boundary import InputRejected, validate_prompt
+from keel.workflows.contracts import (
     Answer,
     CancelAck,
     CancelInput,
@@ -46,9 +46,9 @@ from workflows.contracts import (
     SteerInput,
     TurnRecord,
 )
-from workflows.ledger import SessionInput
-from workflows.messages import ContentBlock, Message, text_block
-from workflows.session import AgentSession
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import ContentBlock, Message, text_block
+from keel.workflows.session import AgentSession
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """The reading half of the Python API: session state, events, streamed text, listings.
 
-``KeelClient`` (``worker.client.keel_client``) adds the commands on top.
+``KeelClient`` (``keel.worker.client.keel_client``) adds the commands on top.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store import ConversationStore, StoreError
-from worker.client.calls import (
+from keel.activities.store import ConversationStore, StoreError
+from keel.worker.client.calls import (
     NoWorker,
     RequestRejected,
     SessionCalls,
@@ -33,9 +33,9 @@ from worker.client.calls import (
     WorkerWait,
     call_session,
 )
-from worker.client.schedules import SCHEDULED_BY
-from worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
-from workflows.contracts import (
+from keel.worker.client.schedules import SCHEDULED_BY
+from keel.worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
+from keel.workflows.contracts import (
     Event,
     PendingView,
     SessionConfig,
@@ -43,9 +43,9 @@ from workflows.contracts import (
     StateQuery,
     TurnRecord,
 )
-from workflows.ledger import SessionInput
-from workflows.messages import Message
-from workflows.session import AgentSession
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import Message
+from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class SessionReader(SessionCalls):
         wait_for_worker: bool = False,
         on_waiting: Callable[[WorkerWait], None] | None = None,
     ) -> None:
-        """Wrap a client made by ``worker.process.assembly.connect``.
+        """Wrap a client made by ``keel.worker.process.assembly.connect``.
 
         Args:
             client: the Temporal client.

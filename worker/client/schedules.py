@@ -36,13 +36,13 @@ from temporalio.client import (
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.client.calls import RequestRejected
-from workflows.boundary import InputRejected, validate_prompt
-from workflows.contracts import SessionConfig
-from workflows.cycle import text_of
-from workflows.ledger import SessionInput
-from workflows.messages import Message, text_block
-from workflows.session import AgentSession
+from keel.worker.client.calls import RequestRejected
+from keel.workflows.boundary import InputRejected, validate_prompt
+from keel.workflows.contracts import SessionConfig
+from keel.workflows.cycle import text_of
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import Message, text_block
+from keel.workflows.session import AgentSession
 
 T = TypeVar("T")
 Overlap = Literal["skip", "allow", "buffer"]
@@ -134,7 +134,7 @@ class KeelSchedules:
     """
 
     def __init__(self, client: Client, task_queue: str) -> None:
-        """Wrap a client made by ``worker.process.assembly.connect``."""
+        """Wrap a client made by ``keel.worker.process.assembly.connect``."""
         self.client = client
         self.task_queue = task_queue
 

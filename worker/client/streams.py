@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from workflows.activity_options import MODEL_ACTIVITY
+from keel.workflows.activity_options import MODEL_ACTIVITY
 
 logger = logging.getLogger(__name__)
 

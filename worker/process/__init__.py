@@ -4,9 +4,6 @@ Modules: ``assembly`` (``connect``, ``build_worker``), ``serve`` (``keel worker`
 signalled, drain, health), ``health``, ``telemetry`` (logs, metrics), ``interceptors`` (turn and
 cycle on every activity), ``tracing`` (OpenTelemetry spans; the ``otel`` extra), ``sandbox``
 (the workflow sandbox's settings), ``plugin`` (``KeelPlugin``).
+
+Internal to Keel: what users need is imported from ``keel`` (``keel/__init__.py``).
 """
-
-from worker.process.assembly import build_worker, connect
-from worker.process.plugin import KeelPlugin
-
-__all__ = ["KeelPlugin", "build_worker", "connect"]

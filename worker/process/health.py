@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from worker.settings import ConfigError
+from keel.worker.settings import ConfigError
 
 __all__ = ["HealthServer"]
 

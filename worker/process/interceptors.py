@@ -5,10 +5,10 @@ On the workflow side, every activity the session starts other than a model call 
 model call of their cycle; a model request names its own). On the activity side, that header
 (or the model request itself) says which turn and cycle the activity serves; log records
 written while it runs get ``session_id``, ``turn`` and ``cycle`` (see
-``worker.process.telemetry``), and SDK metrics count model calls, tokens and tool runs.
+``keel.worker.process.telemetry``), and SDK metrics count model calls, tokens and tool runs.
 
-Given ``ActivitySpans`` (``worker.process.tracing.KeelSpans``, from the ``otel`` extra), it also
-traces: a ``keel.turn`` span per
+Given ``ActivitySpans`` (``keel.worker.process.tracing.KeelSpans``, from the ``otel`` extra),
+it also traces: a ``keel.turn`` span per
 turn, parent of the ``StartActivity`` spans of temporalio's ``TracingInterceptor`` for the
 turn's model calls and tool runs, and under their ``RunActivity`` spans a
 ``keel.model_call`` span (model, tokens, stop reason) or a ``keel.tool_run`` span (tool,
@@ -44,7 +44,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from workflows.activity_options import MODEL_ACTIVITY, TOOL_ACTIVITY
+from keel.workflows.activity_options import MODEL_ACTIVITY, TOOL_ACTIVITY
 
 __all__ = [
     "CYCLE_HEADER",
@@ -99,7 +99,7 @@ class TurnSpan:
 
 
 class ActivitySpans(Protocol):
-    """How ``KeelInterceptor`` traces; ``worker.process.tracing.KeelSpans`` implements it.
+    """How ``KeelInterceptor`` traces; ``keel.worker.process.tracing.KeelSpans`` implements it.
 
     Handed in rather than imported, so this module needs no OpenTelemetry.
     """
@@ -153,7 +153,7 @@ class KeelInterceptor(Interceptor):
     """Worker interceptor: turn and cycle on every activity, logs, metrics, Keel's spans.
 
     Put it after temporalio's ``TracingInterceptor`` in the worker's interceptors, so its
-    spans nest inside that interceptor's (``worker.process.assembly.build_worker`` does).
+    spans nest inside that interceptor's (``keel.worker.process.assembly.build_worker`` does).
     """
 
     def __init__(self, spans: ActivitySpans | None = None) -> None:

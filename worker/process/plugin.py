@@ -1,89 +1,166 @@
-"""``KeelPlugin``: Keel inside a Temporal application of your own.
+"""``KeelPlugin``: the one place that says what a Keel worker runs.
 
 ``Client.connect(address, plugins=[KeelPlugin(tool_modules=[...])])`` gives the client Keel's
 data converter; every worker built on that client (a plain ``temporalio.worker.Worker``)
 then also runs ``AgentSession`` and Keel's activities, in Keel's workflow sandbox, next to
-your own workflows, which call ``workflows.run_agent``.
+your own workflows, which call ``keel.run_agent``. ``keel worker``, the worker that
+``keel run`` and ``keel dev`` embed, and ``build_worker`` are that same ``Worker(...,
+plugins=[KeelPlugin(...)])``: one assembly.
+
+What the plugin adds to a worker:
+
+- ``AgentSession`` and the activities ``keel.model.converse``, ``keel.tool.run``,
+  ``keel.notify.post``, ``keel.session.child_report`` and ``keel.session.forward``, with the
+  plugin's tool modules, MCP servers, store and stream endpoint;
+- Keel's workflow sandbox (``keel.worker.process.sandbox``), unless the worker names a runner;
+- ``KeelInterceptor`` (turn and cycle on every activity's logs, metrics), behind temporalio's
+  ``TracingInterceptor`` when given a tracer provider;
+- where the worker keeps temporalio's defaults: a 0.1 s heartbeat throttle (the activities
+  pace their own beats), a 1 s sticky schedule-to-start timeout (a dead worker's session moves
+  on quickly), the fixed build id ``keel`` (temporalio would hash every loaded module), and a
+  thread pool for the blocking activities. A value the worker is given is kept.
 """
 
 from __future__ import annotations
 
-import os
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker, WorkerConfig
 
-from activities.mcp.config import McpServerConfig
-from activities.model_call import ModelActivities
-from activities.notify import post_notification
-from activities.store import ConversationStore, open_store
-from activities.sub_agents import child_report, forward
-from activities.tool_run import ToolActivities
-from activities.tools import load_tool_modules
-from worker.payloads import data_converter
-from worker.process.sandbox import sandbox_runner
-from worker.process.stream_server import StreamConfig, stream_endpoint
-from worker.settings import Settings
-from workflows.session import AgentSession
+from keel.activities.mcp.config import McpServerConfig
+from keel.activities.model_call import ModelActivities
+from keel.activities.notify import post_notification
+from keel.activities.store import ConversationStore, open_store
+from keel.activities.sub_agents import child_report, forward
+from keel.activities.tool_run import ToolActivities
+from keel.activities.tools import load_tool_modules
+from keel.worker.payloads import data_converter
+from keel.worker.process.interceptors import KeelInterceptor
+from keel.worker.process.sandbox import sandbox_runner
+from keel.worker.process.stream_server import StreamConfig, stream_endpoint
+from keel.worker.settings import DEFAULT_STICKY_TIMEOUT_S, Settings
+from keel.workflows.session import AgentSession
 
 if TYPE_CHECKING:
-    from activities.mcp.servers import McpServers
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from keel.activities.mcp.servers import McpServers
+
+BUILD_ID = "keel"
+# The SDK sends an activity's heartbeat at once unless one went out less than this ago.
+HEARTBEAT_THROTTLE = timedelta(seconds=0.1)
+ACTIVITY_THREADS = 16
+# temporalio's own defaults: where a worker still has these, the plugin sets Keel's
+_SDK_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(Worker.__init__).parameters.items()
+    if parameter.default is not inspect.Parameter.empty
+}
 
 
 class KeelPlugin(SimplePlugin):
-    """A temporalio plugin adding Keel to a client and to the workers built on it.
-
-    On the client: Keel's data converter (pydantic payloads). On a worker: ``AgentSession``,
-    the model and tool activities (with the plugin's tool modules, MCP servers and store),
-    and Keel's workflow sandbox (which also runs your workflows).
-    """
+    """A temporalio plugin adding Keel to a client and to the workers built on it."""
 
     def __init__(
         self,
         tool_modules: Sequence[str] = (),
         *,
+        settings: Settings | None = None,
         store: ConversationStore | None = None,
-        mcp_servers: Sequence[McpServerConfig] = (),
+        mcp_servers: Sequence[McpServerConfig] | McpServers = (),
+        tracer_provider: TracerProvider | None = None,
+        stream_config: StreamConfig | None = None,
+        sticky_timeout_s: float = DEFAULT_STICKY_TIMEOUT_S,
     ) -> None:
         """Load the tool modules and open the store now; MCP servers start with a worker.
 
         Args:
             tool_modules: modules whose ``@tool`` functions the sessions may use.
-            store: the conversation store; default from ``KEEL_STORE`` / ``KEEL_HOME``.
-            mcp_servers: MCP servers whose tools the sessions may use; connected while a
-                worker runs.
+            settings: Keel's settings; default read from the environment once, here.
+            store: the conversation store; default the settings' (``KEEL_STORE`` /
+                ``KEEL_HOME``), encrypted with ``KEEL_ENCRYPTION_KEY`` when set.
+            mcp_servers: MCP servers whose tools the sessions may use: their configurations
+                (connected while a worker runs; a server that does not start stops the
+                worker's run with ``McpServerError``), or ``McpServers`` already running,
+                whose lifetime stays the caller's.
+            tracer_provider: an OpenTelemetry SDK tracer provider
+                (``keel.worker.process.telemetry.tracer_provider``): workflows and activities
+                traced with temporalio's ``TracingInterceptor`` and Keel's turn spans.
+            stream_config: where the stream endpoint (model text for watchers) listens;
+                default the settings' (``KEEL_STREAM_LISTEN``, ``KEEL_STREAM_ADVERTISE``).
+            sticky_timeout_s: the sticky queue's schedule-to-start timeout.
 
         Raises:
             ToolModuleError: a tool module cannot be imported.
-            ConfigError: ``KEEL_ENCRYPTION_KEY`` or ``KEEL_DECRYPTION_KEYS`` is not a key, or
-                ``KEEL_STREAM_LISTEN`` cannot be listened on.
+            ConfigError: an encryption key or the stream endpoint's address is malformed,
+                or the endpoint cannot be listened on.
+            McpConfigError: two MCP servers have the same name.
         """
         load_tool_modules(list(tool_modules))
-        settings = Settings.from_env()
-        keyring = settings.keyring()  # KEEL_ENCRYPTION_KEY: payloads and store objects sealed
-        store = store if store is not None else open_store(settings.store, keyring)
-        converter = data_converter(keyring)
+        settings = settings if settings is not None else Settings.from_env()
+        keyring = settings.keyring()
+        self.store = store if store is not None else open_store(settings.store, keyring)
+        self.converter = data_converter(keyring)
         self._mcp: McpServers | None = None
-        if mcp_servers:
-            from activities.mcp.servers import McpServers  # the MCP SDK only when needed
+        self._mcp_owned = False
+        if isinstance(mcp_servers, Sequence):
+            if mcp_servers:
+                from keel.activities.mcp.servers import McpServers  # the MCP SDK only then
 
-            self._mcp = McpServers(list(mcp_servers))
-        streams = stream_endpoint(StreamConfig.from_env(os.environ))  # text for watchers
-        model = ModelActivities(store, self._mcp, streams)
-        tools = ToolActivities(store, self._mcp)
+                self._mcp, self._mcp_owned = McpServers(list(mcp_servers)), True
+        else:
+            self._mcp = mcp_servers
+        stream = stream_config or StreamConfig.of(settings.stream_listen, settings.stream_advertise)
+        streams = stream_endpoint(stream)
+        model = ModelActivities(self.store, self._mcp, streams)
+        tools = ToolActivities(self.store, self._mcp)
+        self._sticky_timeout = timedelta(seconds=sticky_timeout_s)
+        self.interceptors_added = _interceptors(tracer_provider)
         super().__init__(
             "keel",
-            data_converter=lambda _: converter,
+            data_converter=lambda _: self.converter,
             workflows=[AgentSession],
             activities=[model.converse, tools.run, post_notification, child_report, forward],
-            workflow_runner=lambda _: sandbox_runner(),
         )
 
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Add Keel's workflow, activities and interceptors; set Keel's defaults."""
+        config = super().configure_worker(config)
+        defaults: dict[str, Any] = {
+            "build_id": BUILD_ID,
+            "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+            "sticky_queue_schedule_to_start_timeout": self._sticky_timeout,
+            "workflow_runner": sandbox_runner(),
+        }
+        for name, value in defaults.items():
+            # the very object of temporalio's signature: the worker was given none
+            if config.get(name) is _SDK_DEFAULTS.get(name):
+                config[name] = value  # type: ignore[literal-required]
+        if config.get("activity_executor") is None:
+            config["activity_executor"] = ThreadPoolExecutor(max_workers=ACTIVITY_THREADS)
+        config["interceptors"] = [*self.interceptors_added, *config.get("interceptors", ())]
+        return config
+
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run the worker, between its MCP servers' start and close when it has any."""
-        if self._mcp is None:
+        """Run the worker, between its MCP servers' start and close when the plugin owns them."""
+        if self._mcp is None or not self._mcp_owned:
             await next(worker)
             return
         await self._mcp.plugin().run_worker(worker, next)
+
+
+def _interceptors(provider: TracerProvider | None) -> list[Interceptor]:
+    """The tracing interceptor of temporalio (outermost), then Keel's."""
+    if provider is None:
+        return [KeelInterceptor()]
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    from keel.worker.process.tracing import KeelSpans  # the otel extra: only when tracing
+
+    spans = KeelSpans(provider)
+    return [TracingInterceptor(spans.tracer), KeelInterceptor(spans)]

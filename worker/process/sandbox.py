@@ -49,8 +49,8 @@ _Instance: Any = getattr(_runner, "_Instance", None)
 _IN_SANDBOX = "__temporal_in_sandbox"
 
 # Modules shared with the sandbox instead of re-imported for every workflow run: pydantic, and
-# all of ``workflows`` (pure by rule: no I/O, clocks, randomness or environment reads, and no
-# module-level state that changes). Passing ``workflows.session`` through too saves importing
+# all of ``keel.workflows`` (pure by rule: no I/O, clocks, randomness or environment reads, and no
+# module-level state that changes). Passing ``keel.workflows.session`` through too saves importing
 # it for each new run; its determinism is proven by replaying recorded histories in CI and by
 # ``tests/workflows/test_purity.py`` rather than by the sandbox's import checks.
 # Worth it (issue 19): against passing only pydantic and workflows' data modules through
@@ -59,7 +59,7 @@ _IN_SANDBOX = "__temporal_in_sandbox"
 # 198), runs alternating, by ``python3 -m tests.benchmarks --repeats 1 --latency-cycles 2
 # --history-cycles 5 --sessions --replay-cycles 5 --replay-repeats 1 --memory-sessions 200``.
 # No other figure moved consistently by 5% (docs/performance.md).
-# ``cryptography`` too, for ``workflows.signing``'s Ed25519 check: its Rust extension module
+# ``cryptography`` too, for ``keel.workflows.signing``'s Ed25519 check: its Rust extension module
 # cannot be initialised a second time in a process (PyO3), so a sandbox re-import would fail,
 # and verifying is a pure function (key, message, signature -> yes or no), nothing the
 # sandbox's import checks are there for.
@@ -67,7 +67,7 @@ PASSTHROUGH_MODULES = (
     "pydantic",
     "pydantic_core",
     "annotated_types",
-    "workflows",
+    "keel.workflows",
     "cryptography",
 )
 

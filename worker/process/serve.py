@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from activities.mcp import McpServerConfig
-from worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
-from worker.process.health import HealthServer
-from worker.process.stream_server import StreamConfig, stream_endpoint
-from worker.process.telemetry import configure_logging, metrics_runtime
-from worker.server.connection import client_options, connect_configured
-from worker.settings import ConfigError, Settings, WorkerSettings
+from keel.activities.mcp import McpServerConfig
+from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
+from keel.worker.process.health import HealthServer
+from keel.worker.process.stream_server import StreamConfig, stream_endpoint
+from keel.worker.process.telemetry import configure_logging, metrics_runtime
+from keel.worker.server.connection import client_options, connect_configured
+from keel.worker.settings import ConfigError, Settings, WorkerSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -58,7 +57,8 @@ async def serve_worker(
     """
     configure_logging(config.log_format, config.log_level)
     client_options(settings)  # check TLS files and the like before opening any port
-    stream_endpoint(StreamConfig.from_env(os.environ))  # a bad KEEL_STREAM_LISTEN: exit 2 now
+    # a bad KEEL_STREAM_LISTEN: exit 2 now, before any port opens
+    stream_endpoint(StreamConfig.of(settings.stream_listen, settings.stream_advertise))
     runtime = metrics_runtime(config.metrics_port) if config.metrics_port else None
     state = _State()
     health = (
@@ -75,6 +75,7 @@ async def serve_worker(
                 settings.task_queue,
                 tool_modules,
                 mcp_servers=mcp or (),
+                settings=settings,
                 tracer_provider=provider,
                 graceful_shutdown_timeout=timedelta(seconds=config.shutdown_grace_s),
                 **_limits(config),
@@ -136,7 +137,7 @@ def _tracer_provider(config: WorkerSettings) -> TracerProvider | None:
     if config.otlp_traces_url is None:
         return None
     try:
-        from worker.process.tracing import otlp_exporter, tracer_provider
+        from keel.worker.process.tracing import otlp_exporter, tracer_provider
 
         exporter = otlp_exporter(config.otlp_traces_url)
     except ImportError as err:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from activities.text_streams import TextStreams
-from worker.settings import ConfigError
+from keel.activities.text_streams import TextStreams
+from keel.worker.settings import ConfigError
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -69,8 +69,17 @@ class StreamConfig:
         Raises:
             ConfigError: a value is not ``host:port`` (or ``host`` for the advertise address).
         """
-        listen = (env.get("KEEL_STREAM_LISTEN") or "").strip() or DEFAULT_LISTEN
-        advertise = (env.get("KEEL_STREAM_ADVERTISE") or "").strip() or None
+        return cls.of(env.get("KEEL_STREAM_LISTEN"), env.get("KEEL_STREAM_ADVERTISE"))
+
+    @classmethod
+    def of(cls, listen: str | None, advertise: str | None) -> StreamConfig:
+        """The endpoint of these settings (``Settings.stream_listen``, ``stream_advertise``).
+
+        Raises:
+            ConfigError: a value is not ``host:port`` (or ``host`` for the advertise address).
+        """
+        listen = (listen or "").strip() or DEFAULT_LISTEN
+        advertise = (advertise or "").strip() or None
         if listen.lower() == "off":
             return cls(listen=None, advertise=None)
         _split(listen, "KEEL_STREAM_LISTEN", port_required=True)

@@ -1,8 +1,8 @@
 """A worker's logs and SDK metrics.
 
 Logs: every record gets ``session_id``, ``turn`` and ``cycle`` when it was written by a
-session's workflow or one of its activities (see ``worker.process.interceptors``); ``text`` shows
-them in brackets, ``json`` writes one JSON object per line.
+session's workflow or one of its activities (see ``keel.worker.process.interceptors``);
+``text`` shows them in brackets, ``json`` writes one JSON object per line.
 
 Metrics: temporalio's Core exports its SDK metrics (``temporal_*``: task slots, poll and
 schedule-to-start latencies, activity and workflow outcomes, ...) and Keel's counters
@@ -21,8 +21,8 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from worker.process.interceptors import log_fields
-from worker.settings import ConfigError
+from keel.worker.process.interceptors import log_fields
+from keel.worker.settings import ConfigError
 
 __all__ = [
     "ContextFilter",

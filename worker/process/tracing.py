@@ -34,9 +34,9 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from worker.process.interceptors import TurnSpan, tool_status
-from worker.settings import DEFAULT_SERVICE_NAME
-from workflows.activity_options import MODEL_ACTIVITY
+from keel.worker.process.interceptors import TurnSpan, tool_status
+from keel.worker.settings import DEFAULT_SERVICE_NAME
+from keel.workflows.activity_options import MODEL_ACTIVITY
 
 __all__ = [
     "KeelSpans",

@@ -2,15 +2,6 @@
 
 Modules: ``connection`` (``open_connection``: connect, or embed a dev server and run a worker
 in this process), ``devserver`` (the Temporal CLI's dev server, started and stopped).
+
+Internal to Keel: what users need is imported from ``keel`` (``keel/__init__.py``).
 """
-
-from worker.server.connection import TemporalConnection, TemporalUnreachable, open_connection
-from worker.server.devserver import DevServer, DevServerError
-
-__all__ = [
-    "DevServer",
-    "DevServerError",
-    "TemporalConnection",
-    "TemporalUnreachable",
-    "open_connection",
-]

@@ -14,11 +14,11 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.mcp import McpServerConfig
-from activities.store import open_store
-from worker.process.assembly import build_worker, connect, mcp_servers_running
-from worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
-from worker.settings import ClientOptions, ConfigError, Settings
+from keel.activities.mcp import McpServerConfig
+from keel.activities.store import open_store
+from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
+from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from keel.worker.settings import ClientOptions, ConfigError, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,12 @@ class TemporalConnection:
         store = open_store(self.settings.store, self.settings.keyring())
         async with mcp_servers_running(mcp_servers) as mcp:
             async with build_worker(
-                self.client, queue, tool_modules, store=store, mcp_servers=mcp or ()
+                self.client,
+                queue,
+                tool_modules,
+                store=store,
+                mcp_servers=mcp or (),
+                settings=self.settings,
             ):
                 yield
 

@@ -5,7 +5,7 @@ Rules:
 - With a token (``KEEL_UI_TOKEN``), every request needs it: ``Authorization: Bearer <token>``,
   or ``?token=<token>`` once, which sets an HttpOnly, SameSite=Strict session cookie and
   redirects to the same URL without the token. Without it: 401.
-- Without a token, the app is served on loopback only (``worker.ui.serving`` refuses other
+- Without a token, the app is served on loopback only (``keel.worker.ui.serving`` refuses other
   addresses) and answers only requests whose ``Host`` is a loopback name, so that a web page
   elsewhere cannot reach it by DNS rebinding. The first page sets the session cookie.
 - Every state-changing request is a POST carrying the session's CSRF token (form field

@@ -18,11 +18,11 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from worker.client import KeelClient
-from worker.ui.access import AccessDenied, Visit
-from worker.ui.context import UiContext
-from worker.ui.pages import render_session
-from worker.ui.problems import problem
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.ui.access import AccessDenied, Visit
+from keel.worker.ui.context import UiContext
+from keel.worker.ui.pages import render_session
+from keel.worker.ui.problems import problem
 
 # Longest approver name the page accepts.
 MAX_NAME = 100

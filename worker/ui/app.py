@@ -1,6 +1,6 @@
 """The web app: routes, the access check in front of every one, and the security headers.
 
-``create_app`` builds a Starlette app from a ``UiContext``; ``worker.ui.serving`` runs it
+``create_app`` builds a Starlette app from a ``UiContext``; ``keel.worker.ui.serving`` runs it
 under uvicorn (``keel ui``, ``keel dev``), tests run it in their own event loop.
 """
 
@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from worker.ui.access import Access, AccessDenied, Visit
-from worker.ui.actions import session_action, set_name
-from worker.ui.context import UiContext, templates
-from worker.ui.live import session_live, sessions_live
-from worker.ui.pages import session_page, sessions_page
-from worker.ui.source import KeelSource, Signer
+from keel.worker.ui.access import Access, AccessDenied, Visit
+from keel.worker.ui.actions import session_action, set_name
+from keel.worker.ui.context import UiContext, templates
+from keel.worker.ui.live import session_live, sessions_live
+from keel.worker.ui.pages import session_page, sessions_page
+from keel.worker.ui.source import KeelSource, Signer
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _static(ui: UiContext, request: Request, visit: Visit) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
         return HTMLResponse("not found", status_code=404)
-    body = resources.files("worker.ui").joinpath("static", name).read_bytes()
+    body = resources.files("keel.worker.ui").joinpath("static", name).read_bytes()
     return Response(body, media_type=STATIC[name])
 
 
@@ -118,7 +118,7 @@ def create_app(
 
     Args:
         source: where the ``KeelClient`` comes from.
-        token: ``KEEL_UI_TOKEN``; None serves loopback names only (see ``worker.ui.access``).
+        token: ``KEEL_UI_TOKEN``; None serves loopback names only (see ``keel.worker.ui.access``).
         signer: the key to sign decisions with, for sessions with approver keys.
         approver: ``KEEL_UI_APPROVER``: who decides when the person gave no name.
     """

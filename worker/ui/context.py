@@ -8,21 +8,21 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from worker.ui.access import Access, Visit
-from worker.ui.source import KeelSource, Signer, approver_for
-from workflows.contracts import SessionConfig
+from keel.worker.ui.access import Access, Visit
+from keel.worker.ui.source import KeelSource, Signer, approver_for
+from keel.workflows.contracts import SessionConfig
 
 # The parts of the session page that live updates replace, each its own template.
 SESSION_PARTS = ("status", "pending", "conversation", "usage", "controls")
 
 
 def templates() -> Environment:
-    """The page templates (package data of ``worker.ui``), HTML-escaped by default.
+    """The page templates (package data of ``keel.worker.ui``), HTML-escaped by default.
 
     The ``shell`` filter quotes a word of a command a person copies (``shlex.quote``).
     """
     env = Environment(
-        loader=PackageLoader("worker.ui", "templates"),
+        loader=PackageLoader("keel.worker.ui", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,

@@ -24,12 +24,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
-from worker.client import KeelClient
-from worker.client.streams import TextChunk
-from worker.ui.access import Visit
-from worker.ui.context import UiContext
-from worker.ui.pages import SessionParts, render_rows, render_session, session_rows_of
-from worker.ui.problems import problem
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.streams import TextChunk
+from keel.worker.ui.access import Visit
+from keel.worker.ui.context import UiContext
+from keel.worker.ui.pages import SessionParts, render_rows, render_session, session_rows_of
+from keel.worker.ui.problems import problem
 
 logger = logging.getLogger(__name__)
 

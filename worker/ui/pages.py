@@ -1,7 +1,7 @@
 """The pages: ``/`` (sessions) and ``/sessions/{id}`` (one session), and their parts.
 
-Each page is rendered whole on the server; live updates (``worker.ui.live``) and the answers
-to actions (``worker.ui.actions``) send the same parts again, rendered by the same functions.
+Each page is rendered whole on the server; live updates (``keel.worker.ui.live``) and the answers
+to actions (``keel.worker.ui.actions``) send the same parts again, rendered by the same functions.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import TypeVar
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from worker.client import KeelClient
-from worker.ui.access import Visit
-from worker.ui.context import SESSION_PARTS, UiContext
-from worker.ui.problems import problem
-from worker.ui.views import SessionRow, SessionView, session_rows, session_view
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.ui.access import Visit
+from keel.worker.ui.context import SESSION_PARTS, UiContext
+from keel.worker.ui.problems import problem
+from keel.worker.ui.views import SessionRow, SessionView, session_rows, session_view
 
 T = TypeVar("T")
 

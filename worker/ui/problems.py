@@ -5,9 +5,9 @@ from __future__ import annotations
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities.store import EncryptionKeyError, StoreError
-from worker.client import NoWorker, RequestRejected, SessionClosed, SessionNotFound
-from worker.ui.source import unreachable
+from keel.activities.store import EncryptionKeyError, StoreError
+from keel.worker.client.calls import NoWorker, RequestRejected, SessionClosed, SessionNotFound
+from keel.worker.ui.source import unreachable
 
 
 def problem(err: BaseException) -> tuple[int, str] | None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 import uvicorn
 from starlette.applications import Starlette
 
-from worker.ui.access import is_loopback
+from keel.worker.ui.access import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8234

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.client import KeelClient
-from worker.server.connection import TemporalUnreachable
-from worker.signing import ApproverKey
-from workflows.contracts import SessionConfig
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.server.connection import TemporalUnreachable
+from keel.worker.signing import ApproverKey
+from keel.workflows.contracts import SessionConfig
 
 RECONNECT_EVERY_S = 2.0
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from worker.client import SessionSummary
-from workflows.contracts import Interrupt, SessionState
-from workflows.messages import ContentBlock, Message, ToolResult
+from keel.worker.client.reading import SessionSummary
+from keel.workflows.contracts import Interrupt, SessionState
+from keel.workflows.messages import ContentBlock, Message, ToolResult
 
 # Text longer than this (characters or lines) is shown collapsed, behind a summary.
 LONG_CHARS = 500
