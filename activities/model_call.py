@@ -11,37 +11,40 @@ from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.context_window import context_window
-from activities.heartbeats import LoopHeartbeats
-from activities.models import (
+from keel.activities.context_window import context_window
+from keel.activities.heartbeats import LoopHeartbeats
+from keel.activities.models import (
+    AnyModelProvider,
     ModelError,
+    ModelTransientError,
+    abort_call,
     is_async_provider,
     provider_imported,
     resolve_model,
 )
-from activities.store import ConversationStore, StoreError
-from activities.structured import OutputSchemaError, check_output_schema, violations
-from activities.text_streams import StreamAdvert, TextStream, TextStreams
-from activities.tools import ToolModuleError, specs_for_modules
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.activity_options import (
+from keel.activities.store import ConversationStore, StoreError
+from keel.activities.structured import OutputSchemaError, check_output_schema, violations
+from keel.activities.text_streams import StreamAdvert, TextStream, TextStreams
+from keel.activities.tools import ToolModuleError, specs_for_modules
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.activity_options import (
     MODEL_ACTIVITY,
     MODEL_ERROR_NON_RETRYABLE,
     STORE_ERROR,
     TOOL_REGISTRY_ERROR,
     heartbeat_every_s,
 )
-from workflows.boundary import merge_roles
-from workflows.contracts import PrefixRef, ToolSpec
-from workflows.messages import tool_uses
+from keel.workflows.boundary import merge_roles
+from keel.workflows.contracts import PrefixRef, ToolSpec
+from keel.workflows.messages import tool_uses
 
 if TYPE_CHECKING:
-    from activities.mcp.servers import McpServers
+    from keel.activities.mcp.servers import McpServers
 
 # At most this long between heartbeats; with Keel's 2 s heartbeat timeout a running call
-# beats every 0.67 s (``workflows.activity_options.heartbeat_every_s``).
+# beats every 0.67 s (``keel.workflows.activity_options.heartbeat_every_s``).
 HEARTBEAT_EVERY_S = 1.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`)
 # that cannot reach the worker's stream endpoint, and the endpoint's address and token: they
@@ -55,6 +58,8 @@ ADVERTISE_AFTER_S = 0.1
 STREAM_STALL_S = 90.0
 # Built once: a TypeAdapter compiles its validator, which costs more than the validation.
 TOOL_SPECS = TypeAdapter(list[ToolSpec])
+# The error type of a model failure that may pass (ModelTransientError): retried.
+MODEL_ERROR_TRANSIENT = "KeelModelTransientError"
 
 
 class _Progress:
@@ -235,9 +240,15 @@ class ModelActivities:
         except ToolModuleError as err:
             raise ApplicationError(str(err), type=TOOL_REGISTRY_ERROR, non_retryable=True) from err
         except (ModelError, OutputSchemaError) as err:
+            activity.logger.warning("model call failed, not retried: %s", err)
             raise ApplicationError(
-                str(err), type=MODEL_ERROR_NON_RETRYABLE, non_retryable=True
+                str(err),
+                type=MODEL_ERROR_NON_RETRYABLE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,  # logged above, without a traceback
             ) from err
+        except ModelTransientError as err:
+            raise _transient_failure(err) from err
         finally:
             progress.close(status)  # readers get the end of the stream: no more text
         if response.message.role != "assistant":
@@ -267,6 +278,7 @@ class ModelActivities:
         cancellation).
         """
         spec = request.model
+        provider: AnyModelProvider
         if provider_imported(spec):
             provider = resolve_model(spec)
         else:  # the first call of a provider imports its module (boto3, say): not on the loop
@@ -314,6 +326,9 @@ class ModelActivities:
         try:
             return await work
         except asyncio.CancelledError:
+            # A blocking provider's thread cannot be cancelled: close its connection, so that
+            # its request ends now (and the server stops generating), not at its timeout.
+            abort_call(provider)
             if stalled:
                 raise ApplicationError(
                     f"model stream stalled: no output for {STREAM_STALL_S:g} s",
@@ -323,6 +338,40 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
+
+
+def _transient_failure(err: ModelTransientError) -> ApplicationError:
+    """One log line for a failure that may pass, and the failure Temporal retries (or ends).
+
+    The SDK logs every failed attempt with its traceback; a BENIGN failure only at debug
+    level, so this line is all a retry shows. The last attempt's failure says it gave up,
+    and is the turn's error: it never says "will retry".
+    """
+    info = activity.info()
+    policy = info.retry_policy
+    last = policy is not None and 0 < policy.maximum_attempts <= info.attempt
+    if last:
+        assert policy is not None
+        activity.logger.warning("%s; giving up after %d attempts", err, info.attempt)
+        return ApplicationError(
+            f"{err}; gave up after {info.attempt} attempts",
+            type=MODEL_ERROR_TRANSIENT,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    delay = ""
+    if policy is not None:
+        seconds = policy.initial_interval.total_seconds() * policy.backoff_coefficient ** (
+            info.attempt - 1
+        )
+        if policy.maximum_interval is not None:
+            seconds = min(seconds, policy.maximum_interval.total_seconds())
+        delay = f" in {seconds:g} s"
+    of = f" of {policy.maximum_attempts}" if policy and policy.maximum_attempts else ""
+    activity.logger.warning("%s; retrying%s (attempt %d%s failed)", err, delay, info.attempt, of)
+    return ApplicationError(
+        str(err), type=MODEL_ERROR_TRANSIENT, category=ApplicationErrorCategory.BENIGN
+    )
 
 
 def _output_errors(

@@ -12,20 +12,22 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from activities.models.base import (
+from keel.activities.models.base import (
     AnyModelProvider,
     AsyncModelProvider,
     DeltaCallback,
     ModelError,
     ModelProvider,
+    ModelTransientError,
+    abort_call,
     is_async_provider,
 )
 
 # prefix -> (module, class); the class is called with the part of the spec after the prefix.
 PROVIDERS: dict[str, tuple[str, str]] = {
-    "scripted": ("activities.models.scripted", "ScriptedProvider"),
-    "bedrock": ("activities.models.bedrock", "BedrockProvider"),
-    "openai": ("activities.models.openai", "OpenAIProvider"),
+    "scripted": ("keel.activities.models.scripted", "ScriptedProvider"),
+    "bedrock": ("keel.activities.models.bedrock", "BedrockProvider"),
+    "openai": ("keel.activities.models.openai", "OpenAIProvider"),
 }
 
 
@@ -71,6 +73,8 @@ __all__ = [
     "DeltaCallback",
     "ModelError",
     "ModelProvider",
+    "ModelTransientError",
+    "abort_call",
     "is_async_provider",
     "parse_model_spec",
     "provider_imported",

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 from typing_extensions import TypeIs
 
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.contracts import ToolSpec
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.contracts import ToolSpec
 
 # Called by a provider as output arrives: a text delta, or "" for progress without text
 # (a tool-input chunk, a metadata event). The model activity uses it to detect stalled
@@ -22,7 +22,17 @@ class ModelError(Exception):
 
     The model activity turns it into a non-retryable Temporal failure; the turn ends with
     this message as its error and the session stays usable. Any other exception a provider
-    raises is retried by Temporal with backoff (``workflows.activity_options.MODEL_RETRY``).
+    raises is retried by Temporal with backoff (``keel.workflows.activity_options.MODEL_RETRY``).
+    """
+
+
+class ModelTransientError(Exception):
+    """A model failure that may pass: the server unreachable, a 5xx answer, a stream cut short.
+
+    The model activity logs it as one line (no traceback) and Temporal retries the call
+    with backoff (``keel.workflows.activity_options.MODEL_RETRY``). Its message says what
+    happened, never whether it will be retried: the activity adds that, and the last
+    attempt's message is the turn's error.
     """
 
 
@@ -68,6 +78,19 @@ AnyModelProvider = ModelProvider | AsyncModelProvider
 def is_async_provider(provider: AnyModelProvider) -> TypeIs[AsyncModelProvider]:
     """Whether the provider's ``converse`` is a coroutine function (runs on the loop)."""
     return inspect.iscoroutinefunction(provider.converse)
+
+
+def abort_call(provider: AnyModelProvider) -> None:
+    """Close what a blocking provider's call in flight holds open, if the provider can.
+
+    The model activity calls it when it is cancelled or its stream stalls: a thread cannot be
+    stopped, but closing its connection ends its request (and tells the server to stop
+    generating). A provider that can do this has an ``abort()`` method; one without does
+    nothing here, and its thread runs until its own timeout.
+    """
+    abort = getattr(provider, "abort", None)
+    if callable(abort):
+        abort()
 
 
 def converse_tool_config(tools: list[ToolSpec]) -> list[dict[str, Any]]:

@@ -12,6 +12,17 @@ Spec: ``openai:<model>[?option=value&...]``. The model name may itself contain `
   JSON body (a server that ignores ``stream``) is read as a non-streamed answer too.
 * ``timeout=<seconds>`` (default 300): socket timeout for connecting and for each read; a
   non-streamed answer must arrive whole within it.
+* ``tool_choice=auto|omit`` (default auto): a request that offers tools says
+  ``"tool_choice": "auto"``, OpenAI's own default, which some servers need spelled out
+  (llama-cpp-python's ``chatml-function-calling`` format leaves the tools out of the prompt
+  without it); ``omit`` leaves the field out, for a server that rejects it.
+
+Streaming and tools: some servers cannot stream an answer to a request with tools
+(llama-cpp-python answers 200 with an empty event stream, and logs "Automatic streaming tool
+choice is not supported"). When a streamed request with tools gets no event at all, or an
+error saying so, the same request is sent again without streaming, and this worker process
+remembers it for that server and model: their later requests with tools are not streamed
+(logged once, as a warning). Requests without tools still stream.
 
 Conversation mapping (Converse -> chat completions):
 
@@ -38,20 +49,30 @@ JSON object become the input ``{}``. Finish reasons: ``stop`` -> ``end_turn`` (`
 when the message carries tool calls, as some Ollama versions report ``stop`` for them;
 ``stop_sequence`` when vLLM names a matched stop sequence), ``tool_calls`` -> ``tool_use``,
 ``length`` -> ``max_tokens``, ``content_filter`` -> ``content_filtered``; others pass through.
+Usage the server does not report (no ``usage`` object: llama-cpp-python never sends one in a
+stream) is ``TokenUsage(unknown=True)``, never a silent 0.
 
 Errors: HTTP 408, 409, 425, 429 and 5xx, unreachable servers, timeouts, broken connections,
-malformed chunks and streams that end before a finish reason raise ``OpenAITransientError``,
-which Temporal retries. Other 4xx answers raise ``ModelError`` with the status and the
-server's message; so does any error that says the conversation exceeds the context window.
+malformed chunks and streams that end before a finish reason raise ``OpenAITransientError``
+(a ``ModelTransientError``: the model activity logs one line and Temporal retries). Other 4xx
+answers raise ``ModelError`` with the status and the server's message; so does any error that
+says the conversation exceeds the context window, and an answer without choices.
+
+Cancelling: ``abort()`` (called by the model activity when it is cancelled) shuts down the
+sockets of the call in flight from another thread, so a long non-streamed request ends at
+once and the server sees its client go away.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import logging
 import os
+import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -59,10 +80,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.models.base import DeltaCallback, ModelError
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.contracts import ToolSpec
-from workflows.messages import (
+from keel.activities.models.base import DeltaCallback, ModelError, ModelTransientError
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.contracts import ToolSpec
+from keel.workflows.messages import (
     ContentBlock,
     DocumentBlock,
     ImageBlock,
@@ -78,6 +99,7 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
 DEFAULT_TIMEOUT_S = 300.0
+TOOL_CHOICES = ("auto", "omit")
 
 FINISH_REASONS = {
     "stop": "end_turn",
@@ -102,22 +124,122 @@ MAX_ERROR_TEXT = 500
 
 JSON = dict[str, Any]
 
+# (base URL, model) of the servers found, in this process, not to stream answers to requests
+# with tools: their later requests with tools ask for one JSON body at once.
+_UNSTREAMED_TOOLS: set[tuple[str, str]] = set()
+_UNSTREAMED_LOCK = threading.Lock()
 
-class OpenAITransientError(Exception):
+
+class OpenAITransientError(ModelTransientError):
     """A failure that may pass: rate limits, server errors, broken connections or streams.
 
-    An ordinary exception on purpose: the model activity lets it propagate and Temporal
-    retries the call with backoff.
+    The model activity logs it as one line and Temporal retries the call with backoff.
     """
+
+
+class _NoStreamingWithTools(Exception):
+    """The server cannot stream an answer to a request with tools: send it unstreamed."""
+
+
+class _Connections:
+    """The sockets of a provider's requests in flight, so that another thread can shut them.
+
+    Sockets, not connections: urllib drops the connection's socket once the response headers
+    are in (the response reads on through its own reference), and a stream is read after that.
+    Shutting a socket whose descriptor is closed already is a harmless ``OSError``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self.aborted = False
+
+    def opened(self, sock: socket.socket) -> None:
+        """Track a socket that just connected; shut it at once if aborted already."""
+        with self._lock:
+            self._open.append(sock)
+            aborted = self.aborted
+        if aborted:
+            _shut(sock)
+
+    def forget(self) -> None:
+        """Forget the sockets of requests that ended."""
+        with self._lock:
+            self._open.clear()
+
+    def abort(self) -> None:
+        """Shut every open socket down (from any thread), and any that opens later."""
+        with self._lock:
+            self.aborted = True
+            sockets = list(self._open)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown, not close: it wakes the thread blocked reading this socket (it reads EOF) and
+    # tells the server its client went away, without closing a descriptor another thread uses
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _TrackedHTTPConnection(http.client.HTTPConnection):
+    tracker: _Connections | None = None
+
+    def connect(self) -> None:
+        super().connect()
+        if self.tracker is not None and self.sock is not None:
+            self.tracker.opened(self.sock)
+
+
+class _TrackedHTTPSConnection(http.client.HTTPSConnection):
+    tracker: _Connections | None = None
+
+    def connect(self) -> None:
+        super().connect()
+        if self.tracker is not None and self.sock is not None:
+            self.tracker.opened(self.sock)
+
+
+class _TrackedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, tracker: _Connections) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def _connection(self, host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        conn = _TrackedHTTPConnection(host, **kwargs)
+        conn.tracker = self.tracker
+        return conn
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection, req)
+
+
+class _TrackedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, tracker: _Connections) -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def _connection(self, host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        conn = _TrackedHTTPSConnection(host, **kwargs)
+        conn.tracker = self.tracker
+        return conn
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._connection, req)
 
 
 class OpenAIProvider:
     """A model served by an OpenAI-compatible ``/chat/completions`` endpoint.
 
+    One provider serves one model call (the model activity resolves the spec for each call);
+    ``abort`` ends its requests in flight and any it starts later.
+
     Attributes:
         model: the model name sent to the server.
         stream: whether the request asks for a server-sent-event stream.
         timeout_s: socket timeout for connecting and for each read.
+        tool_choice: ``auto`` (sent with tools) or ``omit`` (never sent).
         base_url: the server's API root, without a trailing slash.
         api_key: the bearer token, if ``OPENAI_API_KEY`` is set.
     """
@@ -126,7 +248,7 @@ class OpenAIProvider:
         """Create a provider for the part of a spec after ``openai:``.
 
         Args:
-            model: ``<model>[?stream=true|false&timeout=<seconds>]``.
+            model: ``<model>[?stream=true|false&timeout=<seconds>&tool_choice=auto|omit]``.
 
         Raises:
             ModelError: the model name is empty, an option is unknown or invalid, or
@@ -138,6 +260,7 @@ class OpenAIProvider:
         self.model = name
         self.stream = True
         self.timeout_s = DEFAULT_TIMEOUT_S
+        self.tool_choice = "auto"
         for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             if key == "stream" and value.lower() in ("true", "1", "yes"):
                 self.stream = True
@@ -145,10 +268,13 @@ class OpenAIProvider:
                 self.stream = False
             elif key == "timeout" and _positive_float(value) is not None:
                 self.timeout_s = float(value)
+            elif key == "tool_choice" and value.lower() in TOOL_CHOICES:
+                self.tool_choice = value.lower()
             else:
                 raise ModelError(
                     f"openai model spec {model!r}: unknown or invalid option {key}={value!r}; "
-                    "options are stream=true|false and timeout=<seconds>"
+                    "options are stream=true|false, timeout=<seconds> and "
+                    "tool_choice=auto|omit"
                 )
         base = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         parts = urllib.parse.urlsplit(base)
@@ -156,27 +282,44 @@ class OpenAIProvider:
             raise ModelError(f"{BASE_URL_ENV}={base!r} is not an http(s) URL")
         self.base_url = base.rstrip("/")
         self.api_key = os.environ.get(API_KEY_ENV) or None
+        self._connections = _Connections()
+        self._opener = urllib.request.build_opener(
+            _TrackedHTTPHandler(self._connections), _TrackedHTTPSHandler(self._connections)
+        )
 
     @property
     def url(self) -> str:
         """The chat-completions endpoint."""
         return f"{self.base_url}/chat/completions"
 
-    def request_body(self, request: ModelRequest) -> JSON:
+    def streams(self, request: ModelRequest) -> bool:
+        """Whether this request is sent streamed (see the module docstring)."""
+        if not self.stream:
+            return False
+        if not request.tools:
+            return True
+        with _UNSTREAMED_LOCK:
+            return (self.base_url, self.model) not in _UNSTREAMED_TOOLS
+
+    def request_body(self, request: ModelRequest, *, stream: bool | None = None) -> JSON:
         """The chat-completions request body for a Converse-shaped request.
 
         Args:
             request: the conversation, system prompt, tools and inference config.
+            stream: whether to ask for a stream; None: as ``streams`` says.
         """
+        streamed = self.streams(request) if stream is None else stream
         body: JSON = {
             "model": self.model,
             "messages": chat_messages(request.system, request.messages),
-            "stream": self.stream,
+            "stream": streamed,
         }
-        if self.stream:
+        if streamed:
             body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = chat_tools(request.tools)
+            if self.tool_choice == "auto":
+                body["tool_choice"] = "auto"
         config = request.inference
         if config is not None:
             if config.maxTokens is not None:
@@ -200,41 +343,75 @@ class OpenAIProvider:
             ModelError: the server rejected the request in a way retrying cannot fix.
             OpenAITransientError: a failure worth retrying.
         """
-        data = json.dumps(self.request_body(request)).encode("utf-8")
+        stream = self.streams(request)
+        try:
+            return self._call(request, on_delta, stream)
+        except _NoStreamingWithTools as err:
+            self._remember_unstreamed(str(err))
+        return self._call(request, on_delta, False)
+
+    def abort(self) -> None:
+        """End this provider's requests in flight, and any it starts later (any thread)."""
+        self._connections.abort()
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _call(self, request: ModelRequest, on_delta: DeltaCallback, stream: bool) -> ModelResponse:
+        data = json.dumps(self.request_body(request, stream=stream)).encode("utf-8")
         http_request = urllib.request.Request(
-            self.url, data=data, headers=self._headers(), method="POST"
+            self.url, data=data, headers=self._headers(stream), method="POST"
         )
         logger.debug(
             "POST %s model %s: %s messages, stream %s",
             self.url,
             self.model,
             len(request.messages),
-            self.stream,
+            stream,
         )
         assembler = _Assembler()
+        tools = bool(request.tools) and stream
         try:
-            with urllib.request.urlopen(http_request, timeout=self.timeout_s) as response:
+            with self._opener.open(http_request, timeout=self.timeout_s) as response:
                 if response.headers.get_content_type() == "text/event-stream":
-                    self._read_stream(response, assembler, on_delta)
+                    self._read_stream(response, assembler, on_delta, tools=tools)
                 else:
                     self._read_body(response.read(), assembler, on_delta)
         except urllib.error.HTTPError as err:
-            raise self._http_failure(err.code, _read_error_body(err), err.reason) from err
-        except urllib.error.URLError as err:
-            raise self._transient(f"cannot reach the server: {err.reason}") from err
+            failure = self._http_failure(err.code, _read_error_body(err), err.reason)
+            if tools and _says_no_streaming_with_tools(str(failure)):
+                raise _NoStreamingWithTools(str(failure)) from err
+            raise failure from err
         except (OSError, http.client.HTTPException) as err:
-            # timeouts, resets, and chunked bodies cut short (IncompleteRead)
-            raise self._transient(
-                f"connection failed or broke off: {type(err).__name__}: {err}"
-            ) from err
+            # unreachable (URLError), timeouts, resets, chunked bodies cut short (IncompleteRead)
+            if self._connections.aborted:
+                raise self._transient("request aborted: the model call was cancelled") from err
+            if isinstance(err, urllib.error.URLError):
+                raise self._transient(f"unreachable ({_reason(err.reason)})") from err
+            if isinstance(err, TimeoutError):
+                raise self._transient(f"sent nothing for {self.timeout_s:g} s (timed out)") from err
+            raise self._transient(f"connection broke off ({_reason(err)})") from err
+        finally:
+            self._connections.forget()
         return assembler.response(request)
 
-    # ------------------------------------------------------------------------------- internals
+    def _remember_unstreamed(self, why: str) -> None:
+        key = (self.base_url, self.model)
+        with _UNSTREAMED_LOCK:
+            first = key not in _UNSTREAMED_TOOLS
+            _UNSTREAMED_TOOLS.add(key)
+        if first:
+            logger.warning(
+                "model server %s (model %r) cannot stream an answer to a request with tools "
+                "(%s); this worker sends its requests with tools unstreamed from now on",
+                self.base_url,
+                self.model,
+                why,
+            )
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, stream: bool) -> dict[str, str]:
         headers = {
             "Content-Type": "application/json",
-            "Accept": "text/event-stream" if self.stream else "application/json",
+            "Accept": "text/event-stream" if stream else "application/json",
             "User-Agent": "keel",
         }
         if self.api_key:
@@ -242,20 +419,32 @@ class OpenAIProvider:
         return headers
 
     def _read_stream(
-        self, lines: Iterable[bytes], assembler: _Assembler, on_delta: DeltaCallback
+        self,
+        lines: Iterable[bytes],
+        assembler: _Assembler,
+        on_delta: DeltaCallback,
+        *,
+        tools: bool = False,
     ) -> None:
         done = False
+        chunks = 0
         for kind, payload in _sse_events(lines):
             if kind == "data" and payload.strip() == "[DONE]":
                 done = True
                 break
             chunk = self._parse_chunk(payload)
             if kind == "error" or chunk.get("error"):
-                raise self._stream_failure(chunk)
+                failure = self._stream_failure(chunk)
+                if tools and not assembler.text and _says_no_streaming_with_tools(str(failure)):
+                    raise _NoStreamingWithTools(str(failure))
+                raise failure
+            chunks += 1
             on_delta(assembler.add(chunk))
+        if chunks == 0 and tools:
+            raise _NoStreamingWithTools("a streamed request with tools got an empty stream")
         if assembler.finish_reason is None:
             if not done:
-                raise self._transient("the stream ended before a finish reason (cut short)")
+                raise self._transient("the stream was cut short before a finish reason")
             logger.warning("model %s: stream ended with [DONE] but no finish reason", self.model)
         elif not done:
             logger.debug(
@@ -271,7 +460,10 @@ class OpenAIProvider:
         if body.get("error"):
             raise self._stream_failure(body)
         if not isinstance(body.get("choices"), list) or not body["choices"]:
-            raise ModelError(f"{self._where()} answered without choices: {_clip(json.dumps(body))}")
+            raise ModelError(
+                f"{self._where()} answered without choices (no message to read): "
+                f"{_clip(json.dumps(body))}"
+            )
         on_delta(assembler.add(body))
         if assembler.finish_reason is None:
             assembler.finish_reason = "stop"
@@ -280,18 +472,16 @@ class OpenAIProvider:
         try:
             chunk = json.loads(payload)
         except ValueError as err:
-            raise self._transient(f"malformed JSON from the server: {_clip(payload)!r}") from err
+            raise self._transient(f"sent malformed JSON: {_clip(payload)!r}") from err
         if not isinstance(chunk, dict):
-            raise self._transient(f"unexpected JSON from the server: {_clip(payload)!r}")
+            raise self._transient(f"sent unexpected JSON: {_clip(payload)!r}")
         return chunk
 
     def _where(self) -> str:
-        return f"OpenAI-compatible server at {self.base_url} (model {self.model!r})"
+        return f"model server {self.base_url} (model {self.model!r})"
 
     def _transient(self, what: str) -> OpenAITransientError:
-        message = f"{self._where()}: {what}; will retry"
-        logger.warning("%s", message)
-        return OpenAITransientError(message)
+        return OpenAITransientError(f"{self._where()} {what}")
 
     def _http_failure(self, status: int, body: bytes, reason: object) -> Exception:
         message = _error_message(body) or str(reason or "") or "no error message"
@@ -312,14 +502,14 @@ class OpenAIProvider:
             status: the HTTP status; ``None`` for an error reported inside a stream.
             message: the server's error message.
         """
-        label = f"HTTP {status}" if status is not None else "error in stream"
+        label = f"HTTP {status}" if status is not None else "an error in its stream"
         if any(marker in message.lower() for marker in CONTEXT_MARKERS):
             return ModelError(
                 f"the conversation does not fit the context window of model {self.model!r} "
                 f"({label} from {self.base_url}): {message}"
             )
         if status is None or status >= 500 or status in RETRYABLE_STATUSES or status < 400:
-            return self._transient(f"{label}: {message}")
+            return self._transient(f"answered {label}: {message}")
         hint = ""
         if status == 404:
             hint = (
@@ -330,6 +520,36 @@ class OpenAIProvider:
         elif status in (401, 403):
             hint = f"; check {API_KEY_ENV}"
         return ModelError(f"{self._where()} rejected the request ({label}): {message}{hint}")
+
+
+def _says_no_streaming_with_tools(message: str) -> bool:
+    """Whether an error says the server cannot stream an answer to a request with tools."""
+    text = message.lower()
+    return (
+        "stream" in text
+        and ("tool" in text or "function" in text)
+        and ("not supported" in text or "unsupported" in text or "not implemented" in text)
+    )
+
+
+def _reason(err: object) -> str:
+    """A short reason for a connection failure: ``connection refused``, ``timed out``."""
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, ConnectionResetError):
+        return "connection reset"
+    if isinstance(err, TimeoutError | socket.timeout):
+        return "timed out"
+    if isinstance(err, socket.gaierror):
+        return f"cannot resolve the host: {err.strerror or err}"
+    if isinstance(err, http.client.IncompleteRead):
+        return "the answer was cut short"
+    if isinstance(err, http.client.RemoteDisconnected):
+        return "the server closed the connection without an answer"
+    if isinstance(err, BaseException):
+        text = str(err)
+        return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return str(err)
 
 
 # ----------------------------------------------------------------------------- request mapping
@@ -601,7 +821,9 @@ class _Assembler:
         return FINISH_REASONS.get(reason, reason)
 
     def _token_usage(self) -> TokenUsage:
-        usage = self.usage or {}
+        if self.usage is None:  # not reported: unknown, not 0
+            return TokenUsage(unknown=True)
+        usage = self.usage
         prompt = _int(usage.get("prompt_tokens"))
         completion = _int(usage.get("completion_tokens"))
         total = _int(usage.get("total_tokens")) or prompt + completion

@@ -2,28 +2,47 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
 import socket
+import threading
+import time
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.worker import Worker
 
-from activities.models import resolve_model
-from activities.models.base import ModelError
-from activities.models.openai import OpenAIProvider, OpenAITransientError
+import keel.activities.models.openai as openai_module
+from keel.activities.model_call import ModelActivities
+from keel.activities.models import resolve_model
+from keel.activities.models.base import ModelError
+from keel.activities.models.openai import OpenAIProvider, OpenAITransientError
+from keel.activities.store import ConversationStore
+from keel.worker.client.keel_client import KeelClient
+from keel.workflows.activity_contracts import ModelRequest, ModelResponse
+from keel.workflows.activity_options import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE
+from keel.workflows.contracts import InferenceConfig, SessionConfig, ToolSpec
+from keel.workflows.messages import Message
 from tests.fakes.openai_server import (
     CHAT_PATH,
+    EmptyStream,
     Failure,
     FakeOpenAIServer,
+    RawBody,
     Reply,
     StreamError,
     ToolCall,
 )
-from workflows.activity_contracts import ModelRequest, ModelResponse
-from workflows.contracts import InferenceConfig, ToolSpec
-from workflows.messages import Message
+from tests.helpers.fixture_types import RunWorker
 
 ADD_SCHEMA = {
     "type": "object",
@@ -34,7 +53,11 @@ ADD_SCHEMA = {
 
 @pytest.fixture
 def openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
-    """A fake server, with OPENAI_BASE_URL pointing at it and no API key."""
+    """A fake server, with OPENAI_BASE_URL pointing at it and no API key.
+
+    The servers found not to stream with tools start empty, as in a new worker process.
+    """
+    monkeypatch.setattr(openai_module, "_UNSTREAMED_TOOLS", set())
     with FakeOpenAIServer() as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -46,7 +69,8 @@ def request(*messages: dict[str, Any], **fields: Any) -> ModelRequest:
     fields.setdefault("messages", [Message.model_validate(m) for m in messages] or [user("hi")])
     fields.setdefault("turn", 1)
     fields.setdefault("cycle", 1)
-    return ModelRequest(session_id="s-1", model="openai:llama-test", **fields)
+    fields.setdefault("model", "openai:llama-test")
+    return ModelRequest(session_id="s-1", **fields)
 
 
 def user(*texts: str) -> Message:
@@ -86,7 +110,8 @@ def test_spec_resolves_and_reads_environment_at_creation(
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "?stream=false", "m?stream=maybe", "m?colour=red", "m?timeout=0"]
+    "spec",
+    ["", "?stream=false", "m?stream=maybe", "m?colour=red", "m?timeout=0", "m?tool_choice=any"],
 )
 def test_bad_specs_are_model_errors(spec: str) -> None:
     with pytest.raises(ModelError):
@@ -163,6 +188,7 @@ def test_request_body_field_by_field(openai: FakeOpenAIServer) -> None:
             },
         }
     ]
+    assert body["tool_choice"] == "auto"
     data_url = "data:image/png;base64," + base64.b64encode(png).decode()
     assert body["messages"] == [
         {"role": "system", "content": "be brief"},
@@ -346,7 +372,8 @@ def test_stream_closed_after_finish_without_done_is_accepted(openai: FakeOpenAIS
     # finish chunk sent, then the body ends cleanly without usage or [DONE]
     openai.enqueue(Reply(text="fine", usage=None, done=False))
     response, _ = converse()
-    assert response.stopReason == "end_turn" and response.usage.totalTokens == 0
+    assert response.stopReason == "end_turn"
+    assert response.usage.unknown is True and response.usage.totalTokens == 0
 
 
 # ----------------------------------------------------------------------------- non-streaming
@@ -403,9 +430,10 @@ def test_cut_stream_is_retryable(openai: FakeOpenAIServer) -> None:
         Reply(text="partial answer", tool_calls=[ToolCall("add", {"a": 1})], cut_after=3)
     )
     deltas = Deltas()
-    with pytest.raises(OpenAITransientError, match="will retry") as caught:
+    with pytest.raises(OpenAITransientError, match="broke off|cut short") as caught:
         OpenAIProvider("llama-test").converse(request(), deltas)
     assert not isinstance(caught.value, ModelError)
+    assert "retry" not in str(caught.value)  # the activity says whether it retries
     assert "".join(deltas.calls)  # some text had arrived before the cut
 
 
@@ -474,7 +502,7 @@ def test_connection_refused_is_retryable(monkeypatch: pytest.MonkeyPatch) -> Non
         port = sock.getsockname()[1]
     monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    with pytest.raises(OpenAITransientError, match="cannot reach the server") as caught:
+    with pytest.raises(OpenAITransientError, match=r"unreachable \(connection refused\)") as caught:
         converse()
     assert not isinstance(caught.value, ModelError)
 
@@ -491,8 +519,342 @@ def test_timeout_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_error_body_shapes() -> None:
     # the fake sends OpenAI's shape; the parser also knows plain-string errors and details
-    from activities.models.openai import _error_message
+    from keel.activities.models.openai import _error_message
 
     assert _error_message(json.dumps({"error": "model not loaded"}).encode()) == "model not loaded"
     assert _error_message(json.dumps({"detail": "bad field"}).encode()) == "bad field"
     assert _error_message(b"<html>502 Bad Gateway</html>") == "<html>502 Bad Gateway</html>"
+
+
+# ------------------------------------------------------------------------------- tool_choice
+
+ADD = ToolSpec(name="add", description="Add two integers.", inputSchema=ADD_SCHEMA)
+
+
+def test_tool_choice_auto_is_sent_only_with_tools(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(Reply(text="ok"), Reply(text="ok"))
+    converse(request(tools=[ADD]))
+    converse(request())
+    with_tools, without = openai.bodies
+    assert with_tools["tool_choice"] == "auto" and with_tools["tools"]
+    assert "tool_choice" not in without and "tools" not in without
+
+
+def test_tool_choice_omit_leaves_it_out(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(Reply(text="ok"))
+    provider = resolve_model("openai:llama-test?tool_choice=omit")
+    assert isinstance(provider, OpenAIProvider) and provider.tool_choice == "omit"
+    provider.converse(request(tools=[ADD]), Deltas())
+    assert "tool_choice" not in openai.bodies[0] and openai.bodies[0]["tools"]
+
+
+# ------------------------------------------------------------------- streaming with tools
+
+
+def test_empty_stream_with_tools_falls_back_to_unstreamed_and_is_remembered(
+    openai: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # llama-cpp-python: a streamed request with tools gets 200 and not one event
+    call = ToolCall("add", {"a": 1, "b": 2}, id="c1")
+    openai.enqueue(
+        EmptyStream(),
+        Reply(tool_calls=[call], finish_reason="tool_calls"),
+        Reply(text="again, unstreamed"),
+        Reply(text="no tools: streamed"),
+    )
+    with caplog.at_level(logging.WARNING, logger="keel.activities.models.openai"):
+        first, deltas = converse(request(tools=[ADD]))
+        second, _ = converse(request(tools=[ADD]))  # a new provider: a later call
+        third, _ = converse(request())
+    assert [b["stream"] for b in openai.bodies] == [True, False, False, True]
+    assert openai.bodies[1]["tool_choice"] == "auto" and "stream_options" not in openai.bodies[1]
+    assert first.stopReason == "tool_use" and first.message.content[0].toolUse is not None
+    assert first.usage.totalTokens == 17 and first.usage.unknown is None
+    assert second.message.content[0].text == "again, unstreamed"
+    assert third.message.content[0].text == "no tools: streamed"
+    assert deltas.calls == [""]  # the unstreamed answer: no text, one progress call
+    said = [r.getMessage() for r in caplog.records if "cannot stream" in r.getMessage()]
+    assert len(said) == 1, said  # once per process, not per call
+    assert openai.base_url in said[0] and "empty stream" in said[0]
+
+
+def test_error_saying_no_streaming_with_tools_falls_back(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(
+        StreamError(text="", message="Automatic streaming tool choice is not supported"),
+        Reply(text="fine"),
+    )
+    response, _ = converse(request(tools=[ADD]))
+    assert response.message.content[0].text == "fine"
+    assert [b["stream"] for b in openai.bodies] == [True, False]
+
+
+def test_http_error_saying_no_streaming_with_tools_falls_back(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(
+        Failure(400, "Tool calls are not supported in streaming mode"), Reply(text="fine")
+    )
+    response, _ = converse(request(tools=[ADD]))
+    assert response.message.content[0].text == "fine"
+    assert [b["stream"] for b in openai.bodies] == [True, False]
+
+
+def test_empty_stream_without_tools_is_retryable_and_not_remembered(
+    openai: FakeOpenAIServer,
+) -> None:
+    openai.enqueue(EmptyStream(), Reply(text="ok"))
+    with pytest.raises(OpenAITransientError, match="cut short"):
+        converse()
+    converse(request(tools=[ADD]))
+    assert [b["stream"] for b in openai.bodies] == [True, True]
+
+
+# ------------------------------------------------------------------------------------- usage
+
+
+def test_usage_not_reported_is_unknown_not_zero(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(Reply(text="no usage chunk", usage=None), Reply(text="counted"))
+    unreported, _ = converse()
+    reported, _ = converse()
+    assert unreported.usage.unknown is True
+    assert unreported.usage.model_dump() == {
+        "inputTokens": 0,
+        "outputTokens": 0,
+        "totalTokens": 0,
+        "unknown": True,
+    }
+    assert reported.usage.unknown is None and "unknown" not in reported.usage.model_dump()
+    total = reported.usage + unreported.usage
+    assert total.unknown is True and total.totalTokens == 17
+
+
+# ------------------------------------------------------------------------- more error shapes
+
+
+@pytest.mark.parametrize("spec", ["llama-test?stream=false", "llama-test"])
+def test_empty_choices_is_a_clear_model_error(openai: FakeOpenAIServer, spec: str) -> None:
+    # a 200 JSON body with "choices": [] (to a streamed request too: a server ignoring stream)
+    openai.enqueue(RawBody({"id": "x", "object": "chat.completion", "choices": []}))
+    with pytest.raises(ModelError, match="answered without choices") as caught:
+        converse(spec=spec)
+    assert openai.base_url in str(caught.value)
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_5xx_names_the_server_and_status(openai: FakeOpenAIServer, status: int) -> None:
+    openai.enqueue(Failure(status, "model is loading"))
+    with pytest.raises(OpenAITransientError) as caught:
+        converse()
+    text = str(caught.value)
+    assert text.startswith(f"model server {openai.base_url}")
+    assert f"HTTP {status}: model is loading" in text and "retry" not in text
+
+
+# --------------------------------------------------------------------------------- abort
+
+
+def test_abort_closes_a_long_unstreamed_request_at_once(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(Reply(text="late", delay_s=60))
+    provider = OpenAIProvider("llama-test?stream=false")
+    outcome: list[BaseException | ModelResponse] = []
+
+    def call() -> None:
+        try:
+            outcome.append(provider.converse(request(), Deltas()))
+        except BaseException as err:  # noqa: B036 - the test reads it
+            outcome.append(err)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not openai.requests:  # the request is at the server, which sits on it
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)
+    aborted_at = time.monotonic()
+    provider.abort()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert time.monotonic() - aborted_at < 2
+    [err] = outcome
+    assert isinstance(err, OpenAITransientError) and "cancelled" in str(err)
+    deadline = time.monotonic() + 2
+    while not openai.disconnects:  # the server saw its client go away
+        assert time.monotonic() < deadline, "the server never saw the connection close"
+        time.sleep(0.02)
+    assert openai.disconnects[0].at - aborted_at < 2
+
+
+def test_abort_before_the_request_ends_it_when_it_connects(openai: FakeOpenAIServer) -> None:
+    openai.enqueue(Reply(text="late", delay_s=60))
+    provider = OpenAIProvider("llama-test?stream=false")
+    provider.abort()
+    started = time.monotonic()
+    with pytest.raises(OpenAITransientError, match="cancelled"):
+        provider.converse(request(), Deltas())
+    assert time.monotonic() - started < 2
+
+
+# ------------------------------------------- through Temporal: retries, final failure, cancel
+
+
+@workflow.defn(name="OneModelCall", sandboxed=False)
+class OneModelCall:
+    """Calls ``keel.model.converse`` once, with a short retry policy of three attempts."""
+
+    @workflow.run
+    async def run(self, request: ModelRequest) -> ModelResponse:
+        response: ModelResponse = await workflow.execute_activity(
+            MODEL_ACTIVITY,
+            request,
+            result_type=ModelResponse,
+            start_to_close_timeout=timedelta(seconds=30),
+            heartbeat_timeout=timedelta(seconds=2),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=0.1),
+                maximum_attempts=3,
+                non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE],
+            ),
+        )
+        return response
+
+
+async def one_call(
+    client: Client, store: ConversationStore, spec: str = "openai:llama-test"
+) -> ModelResponse:
+    queue = f"one-call-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[OneModelCall],
+        activities=[ModelActivities(store).converse],
+        max_cached_workflows=0,
+    ):
+        result: ModelResponse = await client.execute_workflow(
+            OneModelCall.run,
+            request(model=spec),
+            id=f"one-call-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+            execution_timeout=timedelta(seconds=60),
+        )
+        return result
+
+
+def model_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """Warnings and worse from the model activity and the SDK's activity worker."""
+    return [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith(("temporalio", "keel"))
+    ]
+
+
+def failure_of(caught: pytest.ExceptionInfo[WorkflowFailureError]) -> ApplicationError:
+    cause = caught.value.cause
+    assert isinstance(cause, ActivityError) and isinstance(cause.cause, ApplicationError)
+    return cause.cause
+
+
+async def test_unreachable_server_one_line_per_retry_and_a_final_message(
+    client: Client,
+    store: ConversationStore,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", base)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.raises(WorkflowFailureError) as caught,
+    ):
+        await one_call(client, store)
+    failure = failure_of(caught)
+    assert failure.message.startswith(f"model server {base} (model 'llama-test') unreachable")
+    assert failure.message.endswith("(connection refused); gave up after 3 attempts")
+    assert "will retry" not in str(failure) and failure.non_retryable
+    lines = model_lines(caplog)
+    texts = [r.getMessage() for r in lines]
+    assert len(lines) == 3, texts  # one line an attempt
+    assert "unreachable (connection refused); retrying in 0.1 s (attempt 1 of 3" in texts[0]
+    assert "retrying in 0.2 s (attempt 2 of 3" in texts[1]
+    assert "giving up after 3 attempts" in texts[2]
+    assert all(r.exc_info is None for r in lines)  # no tracebacks
+    assert "Traceback" not in caplog.text
+
+
+async def test_5xx_is_retried_with_one_line_then_answers(
+    client: Client,
+    store: ConversationStore,
+    openai: FakeOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    openai.enqueue(Failure(503, "loading model"), Reply(text="ready now"))
+    with caplog.at_level(logging.WARNING):
+        response = await one_call(client, store)
+    assert response.message.content[0].text == "ready now"
+    texts = [r.getMessage() for r in model_lines(caplog)]
+    assert len(texts) == 1 and "answered HTTP 503: loading model; retrying" in texts[0], texts
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (Failure(401, "Incorrect API key provided"), "HTTP 401): Incorrect API key provided"),
+        (Failure(404, "model 'llama-test' not found"), "may not exist on the server"),
+        (
+            Failure(400, "Requested tokens (5000) exceed context window of 4096"),
+            "does not fit the context window",
+        ),
+    ],
+)
+async def test_4xx_fails_at_once_with_the_servers_message(
+    client: Client,
+    store: ConversationStore,
+    openai: FakeOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+    failure: Failure,
+    expected: str,
+) -> None:
+    openai.enqueue(failure, Reply(text="never asked for"))
+    with caplog.at_level(logging.WARNING), pytest.raises(WorkflowFailureError) as caught:
+        await one_call(client, store)
+    error = failure_of(caught)
+    assert error.type == MODEL_ERROR_NON_RETRYABLE and error.non_retryable
+    assert failure.message in str(error) and expected in str(error)
+    assert len(openai.requests) == 1  # not retried
+    texts = [r.getMessage() for r in model_lines(caplog)]
+    assert len(texts) == 1 and "not retried" in texts[0], texts
+    assert "Traceback" not in caplog.text
+
+
+async def test_cancelling_a_turn_closes_its_long_unstreamed_call_in_seconds(
+    keel: KeelClient, run_worker: RunWorker, openai: FakeOpenAIServer
+) -> None:
+    openai.enqueue(Reply(text="much too late", delay_s=120))
+    config = SessionConfig(model="openai:llama-test?stream=false")
+    session = f"s-oai-cancel-{uuid.uuid4().hex[:8]}"
+    async with run_worker():
+        await keel.prompt(session, "write a long essay", config=config)
+        deadline = time.monotonic() + 20
+        while not openai.requests:  # the call is at the server, which sits on it
+            assert time.monotonic() < deadline, "the model call never reached the server"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # a couple of heartbeats into the call
+        cancelled_at = time.monotonic()
+        await keel.cancel(session, "stop it")
+        record = await keel.wait_turn(session, 1, timeout_s=10)
+        turn_ended = time.monotonic() - cancelled_at
+        deadline = time.monotonic() + 10
+        while not openai.disconnects:
+            assert time.monotonic() < deadline, "the connection stayed open after the cancel"
+            await asyncio.sleep(0.05)
+        closed = openai.disconnects[0].at - cancelled_at
+    stopped = time.monotonic() - cancelled_at  # the worker has shut down too
+    assert record.status == "cancelled" and record.error == "stop it"
+    assert turn_ended < 3, turn_ended
+    assert closed < 4, closed  # the next heartbeat learns of the cancel, then the socket shuts
+    assert stopped < 10, stopped
+    assert len(openai.requests) == 1

@@ -15,6 +15,13 @@ A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 (a free port) in a background thre
 * ``Failure``: an HTTP error with an OpenAI-style body
   ``{"error": {"message": ..., "type": ..., "code": ...}}``.
 * ``StreamError``: a 200 stream that sends some text, then ``data: {"error": {...}}``.
+* ``RawBody``: a 200 JSON body given whole (``{"choices": []}``, say).
+* ``EmptyStream``: a 200 event stream that ends without a single event, as llama-cpp-python
+  answers a streamed request with tools it cannot stream.
+
+``Reply(delay_s=...)`` waits that long before answering (before the body, or before the first
+event of a stream), watching the connection: a client that goes away meanwhile is recorded in
+``disconnects`` (the request's index and when) and gets no answer.
 
 Every request is recorded (path, lower-cased headers, JSON body) before it is answered. When
 the queue is empty the server answers HTTP 400, so a test that under-scripts fails fast
@@ -30,7 +37,10 @@ Usage::
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,6 +79,7 @@ class Reply:
     done: bool = True
     as_json: bool = False
     extra_choice_fields: dict[str, Any] = field(default_factory=dict)
+    delay_s: float = 0.0
 
 
 @dataclass
@@ -90,7 +101,27 @@ class StreamError:
     code: int | None = None
 
 
-Outcome = Reply | Failure | StreamError
+@dataclass
+class EmptyStream:
+    """A 200 event stream with no events at all."""
+
+
+@dataclass
+class RawBody:
+    """A 200 JSON body, as given."""
+
+    payload: dict[str, Any]
+
+
+Outcome = Reply | Failure | StreamError | EmptyStream | RawBody
+
+
+@dataclass
+class Disconnect:
+    """A client that closed its connection while the server delayed its answer."""
+
+    request: int
+    at: float
 
 
 @dataclass
@@ -117,6 +148,7 @@ class FakeOpenAIServer:
         self._lock = threading.Lock()
         self._outcomes: deque[Outcome] = deque()
         self.requests: list[RecordedRequest] = []
+        self.disconnects: list[Disconnect] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -164,10 +196,15 @@ class FakeOpenAIServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _take(self, request: RecordedRequest) -> Outcome | None:
+    def _take(self, request: RecordedRequest) -> tuple[int, Outcome | None]:
         with self._lock:
             self.requests.append(request)
-            return self._outcomes.popleft() if self._outcomes else None
+            index = len(self.requests) - 1
+            return index, (self._outcomes.popleft() if self._outcomes else None)
+
+    def _disconnected(self, index: int) -> None:
+        with self._lock:
+            self.disconnects.append(Disconnect(index, time.monotonic()))
 
 
 def _handler_for(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
@@ -192,8 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"_raw": raw.decode("utf-8", errors="replace")}
         headers = {k.lower(): v for k, v in self.headers.items()}
-        outcome = self.fake._take(RecordedRequest(self.path, headers, body))
+        index, outcome = self.fake._take(RecordedRequest(self.path, headers, body))
         self.close_connection = True
+        if isinstance(outcome, Reply) and outcome.delay_s > 0 and not self._wait(outcome.delay_s):
+            self.fake._disconnected(index)
+            return
         if self.path != CHAT_PATH:
             self._error(404, f"404 page not found: {self.path}", "not_found")
         elif outcome is None:
@@ -202,10 +242,29 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(outcome.status, outcome.message, outcome.type, outcome.code)
         elif isinstance(outcome, StreamError):
             self._stream_error(body, outcome)
+        elif isinstance(outcome, RawBody):
+            self._json(200, outcome.payload)
+        elif isinstance(outcome, EmptyStream):
+            self._start_stream()
+            self._end_stream()
         elif body.get("stream") and not outcome.as_json:
             self._stream(body, outcome)
         else:
             self._json(200, _completion(body, outcome))
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait, watching the connection; False as soon as the client has gone away."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+            if readable:
+                try:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        return False
+                except OSError:
+                    return False
+                time.sleep(min(left, 0.05))  # data we do not read: keep waiting
+        return True
 
     # ------------------------------------------------------------------------------ answers
 
