@@ -52,17 +52,18 @@ _WHERE = {
     "open_store": "keel.activities.store",
     # clients, workers
     "KeelClient": "keel.worker.client.keel_client",
-    "RequestRejected": "keel.worker.client.calls",
-    "SessionNotFound": "keel.worker.client.calls",
-    "SessionClosed": "keel.worker.client.calls",
-    "NoWorker": "keel.worker.client.calls",
+    "RequestRejected": "keel.worker.client.errors",
+    "SessionNotFound": "keel.worker.client.errors",
+    "SessionClosed": "keel.worker.client.errors",
+    "NoWorker": "keel.worker.client.errors",
     "TextChunk": "keel.worker.client.streams",
     "connect": "keel.worker.process.assembly",
     "KeelPlugin": "keel.worker.process.plugin",
     "Settings": "keel.worker.settings",
     "load_agent_file": "keel.worker.client.agent_files",
-    "AgentFileError": "keel.worker.client.agent_files",
+    "AgentFileError": "keel.worker.client.errors",
     "KeelSchedules": "keel.worker.client.schedules",
+    "ScheduleNotFound": "keel.worker.client.errors",
 }
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "NoWorker",
     "PendingView",
     "RequestRejected",
+    "ScheduleNotFound",
     "SessionClosed",
     "SessionConfig",
     "SessionNotFound",
@@ -125,8 +127,15 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from keel.activities.store import ConversationStore, open_store
     from keel.activities.tools import ToolContext, tool
-    from keel.worker.client.agent_files import AgentFileError, load_agent_file
-    from keel.worker.client.calls import NoWorker, RequestRejected, SessionClosed, SessionNotFound
+    from keel.worker.client.agent_files import load_agent_file
+    from keel.worker.client.errors import (
+        AgentFileError,
+        NoWorker,
+        RequestRejected,
+        ScheduleNotFound,
+        SessionClosed,
+        SessionNotFound,
+    )
     from keel.worker.client.keel_client import KeelClient
     from keel.worker.client.schedules import KeelSchedules
     from keel.worker.client.streams import TextChunk

@@ -12,8 +12,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.worker.client import calls
-from keel.worker.client.calls import NoWorker, WorkerWait, no_worker
-from keel.worker.client.keel_client import KeelClient, SessionClosed
+from keel.worker.client.calls import no_worker
+from keel.worker.client.errors import NoWorker, SessionClosed, WorkerWait
+from keel.worker.client.keel_client import KeelClient
 from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import respond, text
 

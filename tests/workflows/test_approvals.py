@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from keel.worker.client.keel_client import KeelClient, RequestRejected, SessionNotFound
+from keel.worker.client.errors import RequestRejected, SessionNotFound
+from keel.worker.client.keel_client import KeelClient
 from keel.workflows.contracts import TurnRecord
 from keel.workflows.messages import tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
@@ -423,7 +424,6 @@ async def approve_as_soon_as_shown(
 
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
     from keel.worker.client.keel_client import _settling
-    from keel.worker.client.reading import RequestRejected
 
     calls: list[str] = []
 

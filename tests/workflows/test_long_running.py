@@ -13,7 +13,8 @@ from temporalio.client import Client
 
 from keel.activities.store import ConversationStore, open_store
 from keel.activities.store.base import canonical_json
-from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.client.errors import RequestRejected
+from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
 from keel.workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
 from keel.workflows.messages import Message, text_block

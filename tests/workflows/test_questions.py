@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.client.errors import RequestRejected
+from keel.worker.client.keel_client import KeelClient
 from keel.workflows.contracts import TurnRecord
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 
-from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.client.errors import RequestRejected
+from keel.worker.client.keel_client import KeelClient
 from keel.workflows.contracts import PromptInput, SessionConfig
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message, tool_uses

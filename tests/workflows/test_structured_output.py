@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from keel.worker.client.keel_client import KeelClient, RequestRejected
+from keel.worker.client.errors import RequestRejected
+from keel.worker.client.keel_client import KeelClient
 from keel.workflows.messages import Message, tool_uses
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.fixture_types import RunWorker, Script

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from keel.worker.client.keel_client import SessionSummary
+from keel.worker.client.reading import SessionSummary
 from keel.worker.shell import command
 from keel.workflows.contracts import Interrupt, SessionState, TurnRecord
 from keel.workflows.cycle import text_of

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
-from keel.worker.client.keel_client import SETTLED, KeelClient, SessionNotFound
+from keel.worker.client.errors import SessionNotFound
+from keel.worker.client.keel_client import SETTLED, KeelClient
 from keel.worker.client.streams import TextChunk
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 

@@ -39,8 +39,12 @@ from keel.worker.cli.turns import (
     cmd_wait,
 )
 from keel.worker.cli.ui import cmd_ui
-from keel.worker.client.keel_client import NoWorker, RequestRejected, SessionNotFound
-from keel.worker.client.schedules import ScheduleNotFound
+from keel.worker.client.errors import (
+    NoWorker,
+    RequestRejected,
+    ScheduleNotFound,
+    SessionNotFound,
+)
 from keel.worker.server.connection import TemporalUnreachable
 from keel.worker.server.devserver import DevServerError
 from keel.worker.settings import ConfigError, Settings

@@ -18,7 +18,8 @@ from pydantic import TypeAdapter, ValidationError
 from keel.activities.mcp import McpServerConfig, parse_mcp_spec
 from keel.activities.models import ModelError, parse_model_spec
 from keel.activities.structured import OutputSchemaError, check_output_schema
-from keel.worker.client.agent_files import AgentFile, AgentFileError, load_agent_file
+from keel.worker.client.agent_files import AgentFile, load_agent_file
+from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected, normalise_history
 from keel.workflows.contracts import SessionConfig

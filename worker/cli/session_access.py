@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from keel.activities.store import open_store
 from keel.worker.cli.follow import end_streamed_line
 from keel.worker.cli.run_inputs import UsageError
-from keel.worker.client.calls import WorkerWait
+from keel.worker.client.errors import WorkerWait
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.server.connection import TemporalConnection, open_connection
 from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable

@@ -40,7 +40,8 @@ from keel.worker.cli.run_inputs import (
     tool_modules,
 )
 from keel.worker.cli.session_access import existing_session, keel_client, require_lasting_server
-from keel.worker.client.calls import RequestRejected, pollers
+from keel.worker.client.calls import pollers
+from keel.worker.client.errors import RequestRejected
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.server.connection import open_connection
 from keel.worker.settings import Settings

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from keel.activities.structured import OutputSchemaError, check_output_schema
+from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.contracts import SessionConfig, SubAgent, notify_urls
 from keel.workflows.structured import OUTPUT_TOOL
@@ -30,10 +31,6 @@ MAX_AGENT_DEPTH = 2
 # The most an agent file, or a schema file it names, may take.
 MAX_FILE_BYTES = 1_000_000
 AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-
-
-class AgentFileError(ValueError):
-    """An agent file that cannot be used: ``FILE:LINE: key: what is wrong``."""
 
 
 class _AgentTable(BaseModel):

@@ -1,11 +1,12 @@
-"""Requests to a session's workflow: Keel's errors for them, and the worker they need.
+"""How a call to a session is made: ``SessionCaller``, and Temporal's errors as Keel's.
 
 Queries and updates of a session are answered by a worker polling the session's task queue,
 not by the Temporal server. With no worker there, Temporal keeps an update waiting for as long
 as the caller waits, and lets a query time out, or fails it with ``FAILED_PRECONDITION`` once no
-worker has polled the queue for a while. ``SessionCalls`` turns such a query failure into
+worker has polled the queue for a while. ``SessionCaller`` turns such a query failure into
 ``NoWorker``, or asks again; while a request waits, it can report a ``WorkerWait`` now and then.
-``SessionReader`` and ``KeelClient`` build on it.
+``SessionReader`` and ``KeelClient`` hold one and send every call through it. The errors are
+defined in ``keel.worker.client.errors``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -30,6 +30,14 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.activities.store.encrypted import EncryptionKeyError
+from keel.worker.client.errors import (
+    NoWorker,
+    Pollers,
+    RequestRejected,
+    SessionClosed,
+    SessionNotFound,
+    WorkerWait,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,104 +54,6 @@ POLL_STALE_S = 70.0
 # How a query that no worker took ends: the caller's deadline or Temporal's passed first.
 _TIMED_OUT = frozenset({RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
 _DESCRIBE_TIMEOUT = timedelta(seconds=5)
-
-
-@dataclass(frozen=True)
-class Pollers:
-    """What Temporal says of the workers polling a task queue for workflow tasks.
-
-    Attributes:
-        task_queue: the task queue.
-        known: whether Temporal said (describing a task queue may be forbidden, or fail).
-        last_poll_s: seconds since a worker last polled; None when none has for minutes
-            (Temporal forgets a poller 5 minutes after its last poll).
-    """
-
-    task_queue: str
-    known: bool
-    last_poll_s: float | None
-
-    @property
-    def none(self) -> bool:
-        """Whether Temporal knows of no worker on the task queue."""
-        return self.known and self.last_poll_s is None
-
-    def __str__(self) -> str:
-        """What is known of the workers, as a phrase."""
-        queue = repr(self.task_queue)
-        if not self.known:
-            return f"no worker on task queue {queue} answers"
-        if self.last_poll_s is None:
-            return f"no worker is polling task queue {queue}"
-        return f"no worker on task queue {queue} answers (last poll {self.last_poll_s:.0f} s ago)"
-
-
-class RequestRejected(Exception):
-    """The session refused a request (a validator said no); nothing was written.
-
-    Attributes:
-        kind: the type of the session's error, e.g. ``"UnknownInterrupt"`` or
-            ``"InputRejected"``: what a caller can act on without reading the message.
-    """
-
-    def __init__(self, message: str, *, kind: str | None = None) -> None:
-        """The reason, as the session gave it, and its type."""
-        super().__init__(message)
-        self.kind = kind
-
-
-class SessionNotFound(Exception):
-    """No session with that id exists."""
-
-
-class SessionClosed(RequestRejected):
-    """The session's workflow has ended: it takes no more prompts, decisions or guidance."""
-
-
-class NoWorker(Exception):
-    """A request to a session needs a worker on the session's task queue, and none answered.
-
-    Attributes:
-        session_id: the session.
-        workers: what Temporal says of the workers on the session's task queue.
-    """
-
-    def __init__(self, session_id: str, workers: Pollers, detail: str | None = None) -> None:
-        """Describe the missing worker; ``detail`` is what Temporal said, if it said anything."""
-        self.session_id = session_id
-        self.workers = workers
-        said = f" (Temporal: {detail})" if detail else ""
-        super().__init__(f"{workers}, so session {session_id!r} cannot answer{said}")
-
-
-@dataclass(frozen=True)
-class WorkerWait:
-    """A request to a session has had no worker's answer for a while.
-
-    Attributes:
-        session_id: the session.
-        waited_s: seconds since the request was sent.
-        workers: what Temporal says of the workers on the session's task queue.
-        failing: why the session's workflow task keeps failing, when it does (a worker
-            with another encryption key, say); None otherwise.
-    """
-
-    session_id: str
-    waited_s: float
-    workers: Pollers
-    failing: str | None = None
-
-    def __str__(self) -> str:
-        """One line for a person."""
-        if self.failing is not None:
-            return (
-                f"session {self.session_id!r} is not progressing ({self.waited_s:.0f} s so far): "
-                f"its workflow task keeps failing on the worker: {self.failing}"
-            )
-        return (
-            f"waiting for a worker on task queue {self.workers.task_queue!r} "
-            f"({self.waited_s:.0f} s so far; {self.workers})"
-        )
 
 
 async def pollers(client: Client, task_queue: str) -> Pollers:
@@ -223,8 +133,12 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
         raise
 
 
-class SessionCalls:
-    """Sends requests to sessions on one task queue, mapping Temporal's errors to Keel's."""
+class SessionCaller:
+    """Sends requests to sessions on one task queue, mapping Temporal's errors to Keel's.
+
+    It holds what every call needs: the client, the task queue, how long a query may wait and
+    what to do while it waits, and the task queue of each session it has described.
+    """
 
     def __init__(
         self,
@@ -307,7 +221,7 @@ class SessionCalls:
         if workers.none:
             raise NoWorker(session_id, workers)
 
-    async def _call(self, session_id: str, call: Awaitable[T]) -> T:
+    async def call(self, session_id: str, call: Awaitable[T]) -> T:
         """``call_session``, telling a closed session from a missing one."""
         try:
             return await call_session(session_id, call)
@@ -315,7 +229,7 @@ class SessionCalls:
             await self.check_open(session_id)
             raise
 
-    async def _ask(
+    async def ask(
         self, session_id: str, send: Callable[[], Awaitable[T]], *, query: bool = True
     ) -> T:
         """Send a query or update, which a worker must answer, and wait for the answer.
@@ -334,7 +248,7 @@ class SessionCalls:
         try:
             while True:
                 try:
-                    return await self._call(session_id, send())
+                    return await self.call(session_id, send())
                 except RPCError as err:
                     if not query or _cancelling():
                         raise

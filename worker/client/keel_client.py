@@ -1,34 +1,34 @@
-"""The Python API for clients: start sessions, send prompts, decide, wait for turns.
+"""The Python API for clients: ``KeelClient``, the one class to use.
 
-``KeelClient`` is the one class to use; its reading half (state, events, listings) lives in
-``keel.worker.client.reading``.
+``KeelClient`` holds its parts and delegates to them: a ``SessionCaller``
+(``keel.worker.client.calls``: how a call to a session is made, and how Temporal's errors
+become Keel's) and a ``SessionReader`` (``keel.worker.client.reading``: state, events, the
+model's text, listings). What changes a session (prompts, decisions, guidance, cancel, close)
+is written here. The errors it raises are defined in ``keel.worker.client.errors``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from temporalio.client import WithStartWorkflowOperation
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.workflow import UpdateMethodMultiParam
 
+from keel.activities.store import ConversationStore
 from keel.activities.structured import OutputSchemaError, check_output_schema
-from keel.worker.client.reading import (
-    ENDED,
-    POLL_MAX_S,
-    POLL_START_S,
-    SETTLED,
-    ModelStream,
-    NoWorker,
-    RequestRejected,
-    SessionClosed,
-    SessionNotFound,
-    SessionReader,
-    SessionSummary,
-    WorkerWait,
-)
+from keel.worker.client.calls import SessionCaller
+from keel.worker.client.errors import RequestRejected, WorkerWait
+from keel.worker.client.reading import SessionReader, SessionSummary
+from keel.worker.client.streams import ModelStream, TextChunk
 from keel.worker.signing import ApproverKey
 from keel.workflows.approvals import UnknownInterrupt
 from keel.workflows.boundary import InputRejected, validate_prompt
@@ -38,10 +38,13 @@ from keel.workflows.contracts import (
     CancelInput,
     CloseInput,
     Decision,
+    Event,
     InterruptAck,
+    PendingView,
     PromptAck,
     PromptInput,
     SessionConfig,
+    SessionState,
     SteerAck,
     SteerInput,
     TurnRecord,
@@ -51,19 +54,15 @@ from keel.workflows.messages import ContentBlock, Message, text_block
 from keel.workflows.session import AgentSession
 
 T = TypeVar("T")
+P = TypeVar("P")
 
-__all__ = [
-    "ENDED",
-    "SETTLED",
-    "KeelClient",
-    "ModelStream",
-    "NoWorker",
-    "RequestRejected",
-    "SessionClosed",
-    "SessionNotFound",
-    "SessionSummary",
-    "WorkerWait",
-]
+# A turn in one of these states is over.
+ENDED = frozenset({"completed", "failed", "cancelled"})
+# A turn in one of these states waits for nobody but a human, or is over.
+SETTLED = ENDED | {"awaiting_human"}
+# ``wait_turn`` polls the turn query this often at first, backing off to POLL_MAX_S.
+POLL_START_S = 0.05
+POLL_MAX_S = 0.5
 
 
 def _content(prompt: str | Sequence[ContentBlock]) -> list[ContentBlock]:
@@ -89,14 +88,66 @@ async def _collect_start_error(start: WithStartWorkflowOperation[Any, Any]) -> N
         waiter.cancel()
 
 
-class KeelClient(SessionReader):
+class KeelClient:
     """Talks to ``AgentSession`` workflows on one task queue.
+
+    It holds two parts, made from its inputs: ``caller`` (a ``SessionCaller``: every call to a
+    session goes through it) and ``reader`` (a ``SessionReader``: what reads without
+    writing). Reading methods delegate to them; the methods that change a session are here.
 
     Example:
         >>> keel = KeelClient(await connect("127.0.0.1:7233", "default"), "keel")
         >>> ack = await keel.prompt("s1", "hello", config=SessionConfig(model="scripted:x.json"))
         >>> record = await keel.wait_turn("s1", ack.turn_id)
     """
+
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        store: ConversationStore | None = None,
+        *,
+        query_timeout_s: float | None = None,
+        wait_for_worker: bool = False,
+        on_waiting: Callable[[WorkerWait], None] | None = None,
+    ) -> None:
+        """Wrap a client made by ``keel.worker.process.assembly.connect``.
+
+        Args:
+            client: the Temporal client.
+            task_queue: the workers' task queue (of new sessions, and of listings).
+            store: the workers' conversation store, to read messages of earlier runs (after
+                continue-as-new) for ``state``; without it, ``state`` of such a session fails.
+            query_timeout_s: how long a query may wait for a worker to answer (default:
+                as long as Temporal lets it).
+            wait_for_worker: when a query finds no worker to answer it, ask again until one
+                does, instead of raising ``NoWorker``.
+            on_waiting: called with a ``WorkerWait`` when a query or an update has had no
+                worker's answer for 3 s, then every 30 s while it waits.
+        """
+        self.caller = SessionCaller(
+            client,
+            task_queue,
+            query_timeout_s=query_timeout_s,
+            wait_for_worker=wait_for_worker,
+            on_waiting=on_waiting,
+        )
+        self.reader = SessionReader(self.caller, store)
+
+    @property
+    def client(self) -> Client:
+        """The Temporal client."""
+        return self.caller.client
+
+    @property
+    def task_queue(self) -> str:
+        """The workers' task queue: of new sessions, and of listings."""
+        return self.caller.task_queue
+
+    @property
+    def store(self) -> ConversationStore | None:
+        """The workers' conversation store, if this client was given it."""
+        return self.reader.store
 
     async def prompt(
         self,
@@ -126,11 +177,7 @@ class KeelClient(SessionReader):
         if config is not None:
             _check_schemas(config)
         if config is None:
-            return await self._ask(
-                session_id,
-                lambda: self.handle(session_id).execute_update(AgentSession.prompt, update),
-                query=False,
-            )
+            return await self._update(session_id, AgentSession.prompt, update)
         start = WithStartWorkflowOperation(
             AgentSession.run,
             SessionInput(config=config, messages=list(messages)),
@@ -139,7 +186,7 @@ class KeelClient(SessionReader):
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         try:
-            return await self._ask(
+            return await self.caller.ask(
                 session_id,
                 lambda: self.client.execute_update_with_start_workflow(
                     AgentSession.prompt, update, start_workflow_operation=start
@@ -241,12 +288,7 @@ class KeelClient(SessionReader):
         Raises:
             RequestRejected: no turn is running.
         """
-        update = CancelInput(reason=reason)
-        return await self._ask(
-            session_id,
-            lambda: self.handle(session_id).execute_update(AgentSession.cancel, update),
-            query=False,
-        )
+        return await self._update(session_id, AgentSession.cancel, CancelInput(reason=reason))
 
     async def decide(
         self,
@@ -273,25 +315,15 @@ class KeelClient(SessionReader):
                 allowed, or the signature is missing or wrong; nothing was written to the
                 session's history.
         """
-        signature = (
-            None
-            if key is None
-            else key.sign(session_id, interrupt_id, "decide", decision, reason, approver)
-        )
+        signed = _signature(key, session_id, interrupt_id, "decide", decision, reason, approver)
         update = Decision(
             interrupt_id=interrupt_id,
             decision=decision,
             reason=reason,
             approver=approver,
-            signature=signature,
+            signature=signed,
         )
-        return await _settling(
-            lambda: self._ask(
-                session_id,
-                lambda: self.handle(session_id).execute_update(AgentSession.decide, update),
-                query=False,
-            )
-        )
+        return await self._answer_interrupt(session_id, AgentSession.decide, update)
 
     async def respond(
         self,
@@ -316,21 +348,11 @@ class KeelClient(SessionReader):
                 responder is not allowed, or the signature is missing or wrong; nothing was
                 written to the session's history.
         """
-        signature = (
-            None
-            if key is None
-            else key.sign(session_id, interrupt_id, "respond", value, None, responder)
-        )
+        signed = _signature(key, session_id, interrupt_id, "respond", value, None, responder)
         update = Answer(
-            interrupt_id=interrupt_id, value=value, responder=responder, signature=signature
+            interrupt_id=interrupt_id, value=value, responder=responder, signature=signed
         )
-        return await _settling(
-            lambda: self._ask(
-                session_id,
-                lambda: self.handle(session_id).execute_update(AgentSession.respond, update),
-                query=False,
-            )
-        )
+        return await self._answer_interrupt(session_id, AgentSession.respond, update)
 
     async def steer(self, session_id: str, text: str) -> SteerAck:
         """Add guidance that the running turn's next model call sees.
@@ -338,19 +360,130 @@ class KeelClient(SessionReader):
         Raises:
             RequestRejected: no turn is running, or the text is empty.
         """
-        update = SteerInput(text=text)
-        return await self._ask(
-            session_id,
-            lambda: self.handle(session_id).execute_update(AgentSession.steer, update),
-            query=False,
-        )
+        return await self._update(session_id, AgentSession.steer, SteerInput(text=text))
 
     async def close(self, session_id: str, reason: str = "closed by user") -> None:
         """Ask the session to finish its queued turns and end."""
-        await self._call(
+        await self.caller.call(
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
         )
+
+    async def _update(
+        self, session_id: str, update: UpdateMethodMultiParam[[AgentSession, P], T], arg: P
+    ) -> T:
+        """Send an update to the session and wait for a worker's answer."""
+        return await self.caller.ask(
+            session_id,
+            lambda: self.handle(session_id).execute_update(update, arg),
+            query=False,
+        )
+
+    async def _answer_interrupt(
+        self,
+        session_id: str,
+        update: UpdateMethodMultiParam[[AgentSession, P], InterruptAck],
+        arg: P,
+    ) -> InterruptAck:
+        """``decide`` and ``respond``: the update, sent again while its interrupt is not there yet.
+
+        See ``_SETTLE_DELAYS_S``.
+        """
+        return await _settling(lambda: self._update(session_id, update, arg))
+
+    # What reads a session, without writing: the caller's and the reader's.
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a session with this id exists (running or not); see ``SessionCaller``."""
+        return await self.caller.exists(session_id)
+
+    async def status(self, session_id: str) -> WorkflowExecutionStatus | None:
+        """The Temporal status of the session's workflow; None when there is no such session."""
+        return await self.caller.status(session_id)
+
+    async def session_task_queue(self, session_id: str) -> str:
+        """The task queue a session's workflow runs on (this client's for a new session)."""
+        return await self.caller.session_task_queue(session_id)
+
+    async def check_open(self, session_id: str) -> None:
+        """Raise ``SessionNotFound`` or ``SessionClosed`` unless the session runs."""
+        await self.caller.check_open(session_id)
+
+    async def check_worker(self, session_id: str) -> None:
+        """Raise ``NoWorker`` when Temporal knows of no worker on the session's task queue."""
+        await self.caller.check_worker(session_id)
+
+    async def task_failure(self, session_id: str) -> str | None:
+        """Why the session's workflow task keeps failing, if it has failed more than once."""
+        return await self.caller.task_failure(session_id)
+
+    def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
+        """The workflow handle of a session."""
+        return self.reader.handle(session_id)
+
+    async def config(self, session_id: str) -> SessionConfig:
+        """The configuration a session was started with; see ``SessionReader.config``."""
+        return await self.reader.config(session_id)
+
+    async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
+        """One turn's current record."""
+        return await self.reader.turn(session_id, turn_id)
+
+    async def state(
+        self, session_id: str, *, events_since: int = 0, include_messages: bool = True
+    ) -> SessionState:
+        """The session's conversation, turns, usage and events; see ``SessionReader.state``."""
+        return await self.reader.state(
+            session_id, events_since=events_since, include_messages=include_messages
+        )
+
+    async def pending(self, session_id: str) -> PendingView:
+        """What the running turn holds outside the conversation."""
+        return await self.reader.pending(session_id)
+
+    async def event_count(self, session_id: str) -> int:
+        """How many events the session's log holds; the ``since`` to follow only new ones."""
+        return await self.reader.event_count(session_id)
+
+    def snapshots(
+        self,
+        session_id: str,
+        since: int = 0,
+        *,
+        poll_s: float = 0.2,
+        stop: Callable[[SessionState], bool] | None = None,
+    ) -> AsyncIterator[SessionState]:
+        """Follow a session's state (without messages); see ``SessionReader.snapshots``."""
+        return self.reader.snapshots(session_id, since, poll_s=poll_s, stop=stop)
+
+    def events(
+        self,
+        session_id: str,
+        since: int = 0,
+        *,
+        poll_s: float = 0.2,
+        stop: Callable[[SessionState], bool] | None = None,
+    ) -> AsyncIterator[Event]:
+        """Follow a session's event log, new events in order; see ``SessionReader.events``."""
+        return self.reader.events(session_id, since, poll_s=poll_s, stop=stop)
+
+    async def model_stream(self, session_id: str) -> ModelStream | None:
+        """The text the running model call has streamed so far, from its last heartbeat."""
+        return await self.reader.model_stream(session_id)
+
+    def model_text(self, session_id: str, *, poll_s: float = 0.2) -> AsyncIterator[TextChunk]:
+        """Follow the text the session's model calls stream; see ``SessionReader.model_text``."""
+        return self.reader.model_text(session_id, poll_s=poll_s)
+
+    async def streamed_text(self, session_id: str) -> tuple[int, str] | None:
+        """``(text_chars, text tail)`` of the running model call; None when none runs."""
+        return await self.reader.streamed_text(session_id)
+
+    async def list_sessions(
+        self, *, limit: int = 50, query_timeout_s: float = 2.0
+    ) -> list[SessionSummary]:
+        """Sessions on this client's task queue, newest first; see ``SessionReader``."""
+        return await self.reader.list_sessions(limit=limit, query_timeout_s=query_timeout_s)
 
 
 # A query can show an interrupt before the workflow task that opens it has run: it replays the
@@ -359,6 +492,21 @@ class KeelClient(SessionReader):
 # it before the result, so the interrupt is not there yet. Rejected updates write nothing, so
 # the same request is sent again, a few times, over about 1.5 s.
 _SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def _signature(
+    key: ApproverKey | None,
+    session_id: str,
+    interrupt_id: str,
+    kind: Literal["decide", "respond"],
+    what: Any,
+    reason: str | None,
+    who: str | None,
+) -> str | None:
+    """The approver's signature of a decision or an answer; None without a key."""
+    if key is None:
+        return None
+    return key.sign(session_id, interrupt_id, kind, what, reason, who)
 
 
 def _check_schemas(config: SessionConfig, where: str = "") -> None:

@@ -1,6 +1,7 @@
-"""The reading half of the Python API: session state, events, streamed text, listings.
+"""The reading part of the Python API: session state, events, streamed text, listings.
 
-``KeelClient`` (``keel.worker.client.keel_client``) adds the commands on top.
+``SessionReader`` reads through a ``SessionCaller`` and writes nothing to any session's
+history; ``KeelClient`` (``keel.worker.client.keel_client``) holds one and delegates to it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from functools import partial
 from typing import TypeVar
 
 from temporalio.client import (
-    Client,
     WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowHandle,
@@ -24,15 +24,8 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.activities.store import ConversationStore, StoreError
-from keel.worker.client.calls import (
-    NoWorker,
-    RequestRejected,
-    SessionCalls,
-    SessionClosed,
-    SessionNotFound,
-    WorkerWait,
-    call_session,
-)
+from keel.worker.client.calls import SessionCaller
+from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.schedules import SCHEDULED_BY
 from keel.worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
 from keel.workflows.contracts import (
@@ -49,12 +42,6 @@ from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
-# A turn in one of these states is over.
-ENDED = frozenset({"completed", "failed", "cancelled"})
-# A turn in one of these states waits for nobody but a human, or is over.
-SETTLED = ENDED | {"awaiting_human"}
-POLL_START_S = 0.05
-POLL_MAX_S = 0.5
 # How often a follower checks, while nothing happens, whether the workflow still runs.
 LIVENESS_EVERY_S = 5.0
 # A query of a follower that takes longer is given up and retried on the next poll.
@@ -90,21 +77,6 @@ class SessionSummary:
 
 T = TypeVar("T")
 
-__all__ = [
-    "ENDED",
-    "SETTLED",
-    "ModelStream",
-    "NoWorker",
-    "RequestRejected",
-    "SessionClosed",
-    "SessionNotFound",
-    "SessionReader",
-    "SessionSummary",
-    "TextChunk",
-    "WorkerWait",
-    "call_session",
-]
-
 
 async def _history_of(session_id: str, events: AsyncIterator[T]) -> AsyncIterator[T]:
     try:
@@ -116,45 +88,27 @@ async def _history_of(session_id: str, events: AsyncIterator[T]) -> AsyncIterato
         raise
 
 
-class SessionReader(SessionCalls):
-    """Reads ``AgentSession`` workflows on one task queue: queries, history, visibility."""
+class SessionReader:
+    """Reads ``AgentSession`` workflows: queries, history, visibility; never writes.
 
-    def __init__(
-        self,
-        client: Client,
-        task_queue: str,
-        store: ConversationStore | None = None,
-        *,
-        query_timeout_s: float | None = None,
-        wait_for_worker: bool = False,
-        on_waiting: Callable[[WorkerWait], None] | None = None,
-    ) -> None:
-        """Wrap a client made by ``keel.worker.process.assembly.connect``.
+    Every query goes through ``caller`` (which waits for, or reports, a missing worker);
+    listings are of the caller's task queue.
+    """
+
+    def __init__(self, caller: SessionCaller, store: ConversationStore | None = None) -> None:
+        """Read through ``caller``.
 
         Args:
-            client: the Temporal client.
-            task_queue: the workers' task queue (of new sessions, and of listings).
+            caller: how calls to sessions are made (client, task queue, query timeout).
             store: the workers' conversation store, to read messages of earlier runs (after
                 continue-as-new) for ``state``; without it, ``state`` of such a session fails.
-            query_timeout_s: how long a query may wait for a worker to answer (default:
-                as long as Temporal lets it).
-            wait_for_worker: when a query finds no worker to answer it, ask again until one
-                does, instead of raising ``NoWorker``.
-            on_waiting: called with a ``WorkerWait`` when a query or an update has had no
-                worker's answer for 3 s, then every 30 s while it waits.
         """
-        super().__init__(
-            client,
-            task_queue,
-            query_timeout_s=query_timeout_s,
-            wait_for_worker=wait_for_worker,
-            on_waiting=on_waiting,
-        )
+        self.caller = caller
         self.store = store
 
     def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
         """The workflow handle of a session."""
-        return self.client.get_workflow_handle_for(AgentSession.run, session_id)
+        return self.caller.client.get_workflow_handle_for(AgentSession.run, session_id)
 
     async def config(self, session_id: str) -> SessionConfig:
         """The configuration a session was started with, read from its history.
@@ -164,21 +118,21 @@ class SessionReader(SessionCalls):
         Raises:
             SessionNotFound: no such session.
         """
-        events = self.client.get_workflow_handle(session_id).fetch_history_events()
+        events = self.caller.client.get_workflow_handle(session_id).fetch_history_events()
         async for event in _history_of(session_id, events):
             if event.HasField("workflow_execution_started_event_attributes"):
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                [start] = await self.client.data_converter.decode(payloads, [SessionInput])
+                [start] = await self.caller.client.data_converter.decode(payloads, [SessionInput])
                 assert isinstance(start, SessionInput)
                 return start.config
         raise SessionNotFound(f"session {session_id!r} has no start event")
 
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record."""
-        return await self._ask(
+        return await self.caller.ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
+                AgentSession.turn, turn_id, rpc_timeout=self.caller.query_timeout
             ),
         )
 
@@ -191,10 +145,10 @@ class SessionReader(SessionCalls):
             StoreError: a message of an earlier run cannot be read from the store.
         """
         query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state = await self._ask(
+        state = await self.caller.ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.state, query, rpc_timeout=self.query_timeout
+                AgentSession.state, query, rpc_timeout=self.caller.query_timeout
             ),
         )
         if include_messages and (state.base is not None or state.result_refs):
@@ -215,10 +169,10 @@ class SessionReader(SessionCalls):
 
     async def pending(self, session_id: str) -> PendingView:
         """What the running turn holds outside the conversation."""
-        return await self._ask(
+        return await self.caller.ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.pending, rpc_timeout=self.query_timeout
+                AgentSession.pending, rpc_timeout=self.caller.query_timeout
             ),
         )
 
@@ -256,11 +210,11 @@ class SessionReader(SessionCalls):
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         failing = False
-        timeout = self.query_timeout or FOLLOW_QUERY_TIMEOUT
+        timeout = self.caller.query_timeout or FOLLOW_QUERY_TIMEOUT
         while True:
             query = StateQuery(events_since=since, include_messages=False)
             try:
-                state = await self._ask(
+                state = await self.caller.ask(
                     session_id,
                     partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
                 )
@@ -322,9 +276,9 @@ class SessionReader(SessionCalls):
         Raises:
             SessionNotFound: no such session.
         """
-        handle = self.client.get_workflow_handle(session_id)
+        handle = self.caller.client.get_workflow_handle(session_id)
         return await heartbeat_snapshot(
-            self.client, await self._call(session_id, handle.describe())
+            self.caller.client, await self.caller.call(session_id, handle.describe())
         )
 
     def model_text(self, session_id: str, *, poll_s: float = 0.2) -> AsyncIterator[TextChunk]:
@@ -350,9 +304,10 @@ class SessionReader(SessionCalls):
             new call (or a retry, which starts over at offset 0); a chunk with ``end`` closes
             one. It ends when the session's workflow stops running; break out of it to stop.
         """
-        handle = self.client.get_workflow_handle(session_id)
+        client = self.caller.client
+        handle = client.get_workflow_handle(session_id)
         return follow_model_text(
-            self.client, lambda: self._call(session_id, handle.describe()), poll_s=poll_s
+            client, lambda: self.caller.call(session_id, handle.describe()), poll_s=poll_s
         )
 
     async def streamed_text(self, session_id: str) -> tuple[int, str] | None:
@@ -377,8 +332,8 @@ class SessionReader(SessionCalls):
             limit: at most this many sessions.
             query_timeout_s: how long to wait for each running session's answer.
         """
-        query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.task_queue}"'
-        executions = [e async for e in self.client.list_workflows(query, limit=limit)]
+        query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.caller.task_queue}"'
+        executions = [e async for e in self.caller.client.list_workflows(query, limit=limit)]
         executions.sort(key=lambda e: e.start_time, reverse=True)
         timeout = timedelta(seconds=query_timeout_s)
         return list(await asyncio.gather(*(self._summary(e, timeout) for e in executions)))
@@ -425,7 +380,7 @@ class SessionReader(SessionCalls):
 
     async def _running(self, session_id: str) -> bool:
         try:
-            description = await self.client.get_workflow_handle(session_id).describe()
+            description = await self.caller.client.get_workflow_handle(session_id).describe()
         except RPCError as err:
             logger.info("cannot describe session %s: %s", session_id, err)
             return True

@@ -36,7 +36,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.worker.client.calls import RequestRejected
+from keel.worker.client.errors import RequestRejected, ScheduleNotFound
 from keel.workflows.boundary import InputRejected, validate_prompt
 from keel.workflows.contracts import SessionConfig
 from keel.workflows.cycle import text_of
@@ -57,10 +57,6 @@ SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 TASK_QUEUE_MEMO = "keel_task_queue"
 # The spec as it was given (``cron 0 2 * * *``): Temporal answers with calendars instead.
 SPEC_MEMO = "keel_spec"
-
-
-class ScheduleNotFound(Exception):
-    """No schedule with that name exists."""
 
 
 @dataclass(frozen=True)

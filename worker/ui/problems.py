@@ -6,7 +6,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from keel.activities.store import EncryptionKeyError, StoreError
-from keel.worker.client.calls import NoWorker, RequestRejected, SessionClosed, SessionNotFound
+from keel.worker.client.errors import NoWorker, RequestRejected, SessionClosed, SessionNotFound
 from keel.worker.ui.source import unreachable
 
 
