@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -204,7 +205,6 @@ async def follow_model_text(
     calls: dict[tuple[str, int], _Call] = {}
     current: _Call | None = None
     unreachable: dict[str, float] = {}  # endpoint (host:port) -> until when not to try it
-    loop = asyncio.get_running_loop()
     while True:
         try:
             description = await describe()
@@ -213,14 +213,7 @@ async def follow_model_text(
             await asyncio.sleep(max(poll_s, SNAPSHOT_EVERY_S))
             continue
         running = description.status == WorkflowExecutionStatus.RUNNING
-        pending = next(
-            (
-                p
-                for p in description.raw_description.pending_activities
-                if p.activity_type.name == MODEL_ACTIVITY and running
-            ),
-            None,
-        )
+        pending = _model_call(description) if running else None
         key = None if pending is None else (pending.activity_id, pending.attempt)
         if current is not None and current.key != key and current.shown and not current.ended:
             # a call followed by snapshots is over once it no longer runs
@@ -243,25 +236,8 @@ async def follow_model_text(
         if call.ended:  # its stream has ended: wait for the next call
             await asyncio.sleep(poll_s)
         elif isinstance(advert, dict) and not call.unreachable:
-            where = urlsplit(str(advert.get("url"))).netloc
-            call.unreachable = unreachable.get(where, 0.0) > loop.time()
-            try:
-                if not call.unreachable:
-                    async for chunk in _from_endpoint(call, advert):
-                        yield chunk
-            except (OSError, TimeoutError, ValueError) as err:
-                logger.info(
-                    "cannot reach the model stream endpoint %s (%s); falling back to heartbeat "
-                    "snapshots",
-                    where,
-                    err or type(err).__name__,
-                )
-                call.unreachable = True
-                if isinstance(err, TimeoutError):  # a refusal costs nothing to meet again
-                    unreachable[where] = loop.time() + UNREACHABLE_FOR_S
-            except _Refused as err:  # reachable, but not this stream (expired, say)
-                logger.info("model stream at %s refused (%s); falling back", where, err)
-                call.unreachable = True
+            async for chunk in _from_advertised_endpoint(call, advert, unreachable):
+                yield chunk
             if not call.ended:  # cut off, or unreachable: look again shortly
                 await asyncio.sleep(poll_s)
             # else the next call may already run: no sleep
@@ -272,6 +248,48 @@ async def follow_model_text(
             if snapshot is not None:
                 yield snapshot
             await asyncio.sleep(max(poll_s, SNAPSHOT_EVERY_S))
+
+
+def _model_call(description: WorkflowExecutionDescription) -> PendingActivityInfo | None:
+    """The session's model call that runs now, if one does."""
+    return next(
+        (
+            p
+            for p in description.raw_description.pending_activities
+            if p.activity_type.name == MODEL_ACTIVITY
+        ),
+        None,
+    )
+
+
+async def _from_advertised_endpoint(
+    call: _Call, advert: dict[str, Any], unreachable: dict[str, float]
+) -> AsyncIterator[TextChunk]:
+    """The call's text from the stream endpoint its heartbeat advertises, while it answers.
+
+    An endpoint that cannot be reached, or refuses this stream, marks the call ``unreachable``
+    (its text then comes from heartbeat snapshots); one that timed out is not tried again, for
+    any call, for ``UNREACHABLE_FOR_S`` (``unreachable``: host:port -> until when).
+    """
+    loop = asyncio.get_running_loop()
+    where = urlsplit(str(advert.get("url"))).netloc
+    call.unreachable = unreachable.get(where, 0.0) > loop.time()
+    try:
+        if not call.unreachable:
+            async for chunk in _from_endpoint(call, advert):
+                yield chunk
+    except (OSError, TimeoutError, ValueError) as err:
+        logger.info(
+            "cannot reach the model stream endpoint %s (%s); falling back to heartbeat snapshots",
+            where,
+            err or type(err).__name__,
+        )
+        call.unreachable = True
+        if isinstance(err, TimeoutError):  # a refusal costs nothing to meet again
+            unreachable[where] = loop.time() + UNREACHABLE_FOR_S
+    except _Refused as err:  # reachable, but not this stream (expired, say)
+        logger.info("model stream at %s refused (%s); falling back", where, err)
+        call.unreachable = True
 
 
 async def _from_endpoint(call: _Call, advert: dict[str, Any]) -> AsyncIterator[TextChunk]:
