@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
+from temporalio.exceptions import ActivityError
+
 from keel.workflows.messages import (
     ContentBlock,
     Message,
@@ -91,3 +93,10 @@ def text_of(message: Message | None) -> str:
     if message is None:
         return ""
     return "\n".join(b.text for b in message.content if b.text is not None)
+
+
+def failure_text(err: BaseException) -> str:
+    """The innermost message of an activity failure chain."""
+    while isinstance(err, ActivityError) and err.cause is not None:
+        err = err.cause
+    return str(err) or type(err).__name__

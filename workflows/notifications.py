@@ -141,40 +141,42 @@ def turn_event(session: str, record: TurnRecord, at: str) -> dict[str, Any]:
     }
 
 
-class SessionNotifier:
+class Notifier:
     """The session's side of notifications: queue, post without waiting, drain at the end."""
 
-    _config: SessionConfig
-    _ledger: Ledger
-    # in flight in this run only: the delivery tasks (kept so none is garbage-collected)
-    _deliveries: set[asyncio.Task[None]]
+    def __init__(self, config: SessionConfig, ledger: Ledger) -> None:
+        """Post to ``config.notify``; keep what is on its way in ``ledger.outbox``."""
+        self._config = config
+        self._ledger = ledger
+        # in flight in this run only: the delivery tasks (kept so none is garbage-collected)
+        self._deliveries: set[asyncio.Task[None]] = set()
 
-    def _notify_interrupt(self, interrupt: Interrupt) -> None:
+    def interrupt_opened(self, interrupt: Interrupt) -> None:
         """Post the ``interrupt`` event of an interrupt that just opened."""
         if self._config.notify:
             session = workflow.info().workflow_id
             self._notify(interrupt_event(session, interrupt, workflow.now().isoformat()))
 
-    def _notify_turn_end(self, record: TurnRecord) -> None:
+    def turn_ended(self, record: TurnRecord) -> None:
         """Post the ``turn_ended`` event of a turn that has ended."""
         if self._config.notify and record.status in ("completed", "failed", "cancelled"):
             session = workflow.info().workflow_id
             self._notify(turn_event(session, record, workflow.now().isoformat()))
+
+    def post_carried(self) -> None:
+        """Post again what the previous run had not delivered when it continued-as-new."""
+        for note in self._ledger.outbox:
+            self._post(note)
+
+    async def delivered(self) -> None:
+        """Wait until no notification is on its way (each ends within its timeout)."""
+        await workflow.wait_condition(lambda: not self._ledger.outbox)
 
     def _notify(self, event: dict[str, Any]) -> None:
         for index, url in enumerate(self._config.notify):
             note = Notification(key=f"{event['id']}#{index}", url=url, event=event)
             self._ledger.outbox.append(note)
             self._post(note)
-
-    def _post_carried(self) -> None:
-        """Post again what the previous run had not delivered when it continued-as-new."""
-        for note in self._ledger.outbox:
-            self._post(note)
-
-    async def _notifications_delivered(self) -> None:
-        """Wait until no notification is on its way (each ends within its timeout)."""
-        await workflow.wait_condition(lambda: not self._ledger.outbox)
 
     def _post(self, note: Notification) -> None:
         task = asyncio.create_task(self._deliver(note))

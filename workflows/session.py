@@ -14,9 +14,7 @@ All state is the ``Ledger``; continue-as-new hands it whole to the next run, at 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -25,26 +23,30 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.activity_contracts import (
         ModelRequest,
         ModelResponse,
-        ToolRequest,
-        ToolResponse,
     )
     from keel.workflows.activity_options import (
         MODEL_ACTIVITY,
         MODEL_RETRY,
         MODEL_START_TO_CLOSE,
-        TOOL_ACTIVITY,
-        TOOL_RETRY,
         heartbeat_timeout,
-        tool_start_to_close,
     )
-    from keel.workflows.approvals import denial_text, needs_approval
     from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
     from keel.workflows.contracts import (
         Answer,
+        CancelAck,
+        CancelInput,
+        ChildInterrupts,
+        CloseInput,
         Decision,
-        Interrupt,
-        InterruptKind,
+        InterruptAck,
+        PendingView,
+        PromptAck,
+        PromptInput,
         SessionResult,
+        SessionState,
+        StateQuery,
+        SteerAck,
+        SteerInput,
         ToolSpec,
         TurnRecord,
     )
@@ -53,20 +55,20 @@ with workflow.unsafe.imports_passed_through():
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
         close_unexecuted,
+        failure_text,
         id_conflicts,
         results_message,
-        stripped,
     )
+    from keel.workflows.decisions import Decisions
+    from keel.workflows.handlers import SessionRequests, UpdateAnswers
     from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
     from keel.workflows.messages import (
         ContentBlock,
         Message,
-        ToolResult,
-        ToolUse,
-        error_result,
         text_block,
         tool_uses,
     )
+    from keel.workflows.notifications import Notifier
     from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -74,72 +76,169 @@ with workflow.unsafe.imports_passed_through():
         output_tool_spec,
         rejection,
     )
-    from keel.workflows.sub_agents import SubAgentSessions, sub_agent_specs
-    from keel.workflows.tool_policies import judge_all
+    from keel.workflows.sub_agents import CHILD_INTERRUPTS_SIGNAL, SubAgents, sub_agent_specs
+    from keel.workflows.tool_gate import ToolGate
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
-# decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
-HELD_SIGNALS_KEPT = 16
 
 
 class _TurnCancelled(Exception):
     """Raised inside a turn when a cancel request stops it."""
 
 
-def _failure_text(err: BaseException) -> str:
-    """The innermost message of an activity failure chain."""
-    while isinstance(err, ActivityError) and err.cause is not None:
-        err = err.cause
-    return str(err) or type(err).__name__
-
-
 @workflow.defn(name="AgentSession")
-class AgentSession(SubAgentSessions):
+class AgentSession:
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        """Take the previous run's ledger, or start one from the start input."""
+        """Take the previous run's ledger, or start one from the start input; build the parts."""
         self._config = input.config
         self._init_error: str | None = None
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
-        self._tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
-        self._children: dict[str, str] = {}
-        self._report_due: set[str] = set()
-        self._handing_on: set[str] = set()
-        self._forward: list[tuple[str, Decision | Answer]] = []
-        self._held = deque(maxlen=HELD_SIGNALS_KEPT)
-        self._deliveries = set()
         self._continuing = False
-        self._ledger = Ledger()
+        self._ledger = self._starting_ledger(input)
+        # the parts, each with its inputs; what they hold beyond the ledger is run-local
+        self._answers = UpdateAnswers(self._ledger)
+        self._requests = SessionRequests(
+            self._config, self._ledger, self._answers, self._init_error
+        )
+        self._notifier = Notifier(self._config, self._ledger)
+        self._sub_agents = SubAgents(self._config, self._ledger, self._notifier)
+        self._decisions = Decisions(self._config, self._ledger, self._answers, self._sub_agents)
+        self._gate = ToolGate(
+            self._config,
+            self._ledger,
+            self._notifier,
+            self._sub_agents,
+            self._decisions,
+            self._show_details,
+        )
+
+    def _starting_ledger(self, input: SessionInput) -> Ledger:
+        """The previous run's ledger, or a new one; sets ``_init_error`` on bad input."""
         if input.carried is not None:
             if workflow.info().continued_run_id is None:
                 # S1: carried state (a parked cycle, queued prompts) is trusted only when this
                 # session's previous run handed it over; a client cannot forge it at start.
                 self._init_error = "carried state is accepted only from continue-as-new"
-            else:
-                self._ledger = input.carried
-            return
+                return Ledger()
+            return input.carried
         try:
-            self._ledger = Ledger.starting_with(normalise_history(input.messages))
+            ledger = Ledger.starting_with(normalise_history(input.messages))
         except InputRejected as err:
             self._init_error = f"imported history rejected: {err}"
-            return
+            return Ledger()
         if input.prompt is not None:
             try:
                 validate_prompt("user", input.prompt)
             except InputRejected as err:
                 self._init_error = f"start prompt rejected: {err}"
             else:
-                self._ledger.enqueue(input.prompt)
-        self._ledger.single_turn = input.single_turn
-        self._ledger.parent_session = input.parent_session
+                ledger.enqueue(input.prompt)
+        ledger.single_turn = input.single_turn
+        ledger.parent_session = input.parent_session
         parent = workflow.info().parent
         if input.ancestors and parent is not None and parent.workflow_id == input.ancestors[0]:
             # a signature for an ancestor counts here only in a session an ancestor started
-            self._ledger.ancestors = input.ancestors
+            ledger.ancestors = input.ancestors
+        return ledger
+
+    # ----------------------------------------------------------------------------- messages
+    # Temporal finds the handlers on the workflow class; each hands its message to a part.
+
+    @workflow.update
+    def prompt(self, input: PromptInput) -> PromptAck:
+        """Queue a prompt as a new turn; answers with its turn id."""
+        return self._requests.prompt(input)
+
+    @prompt.validator
+    def _validate_prompt(self, input: PromptInput) -> None:
+        self._requests.check_prompt(input)
+
+    @workflow.update
+    async def decide(self, input: Decision) -> InterruptAck:
+        """Approve or deny a pending interrupt; the tool input stays the model's."""
+        return await self._decisions.take(input)
+
+    @decide.validator
+    def _validate_decide(self, input: Decision) -> None:
+        self._decisions.check(input, Decision)
+
+    @workflow.signal(name="decide")
+    def decide_signal(self, input: Decision) -> None:
+        """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
+        self._decisions.take_signal(input, Decision)
+
+    @workflow.update
+    async def respond(self, input: Answer) -> InterruptAck:
+        """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it."""
+        return await self._decisions.take(input)
+
+    @respond.validator
+    def _validate_respond(self, input: Answer) -> None:
+        self._decisions.check(input, Answer)
+
+    @workflow.signal(name="respond")
+    def respond_signal(self, input: Answer) -> None:
+        """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
+        self._decisions.take_signal(input, Answer)
+
+    @workflow.update
+    def steer(self, input: SteerInput) -> SteerAck:
+        """Add guidance that the model sees at the next safe point of the running turn."""
+        return self._requests.steer(input)
+
+    @steer.validator
+    def _validate_steer(self, input: SteerInput) -> None:
+        self._requests.check_steer(input)
+
+    @workflow.update
+    def cancel(self, input: CancelInput) -> CancelAck:
+        """Stop the running turn at the next step and cancel its model call and tools."""
+        ack, first = self._requests.cancel(input)
+        if first:
+            if self._model_call is not None:
+                self._model_call.cancel()
+            for handle in self._gate.tool_calls.values():
+                handle.cancel()
+        return ack
+
+    @cancel.validator
+    def _validate_cancel(self, input: CancelInput) -> None:
+        self._requests.check_cancel(input)
+
+    @workflow.signal
+    def close(self, input: CloseInput) -> None:
+        """Close the session once the running and queued turns have finished."""
+        self._requests.close(input)
+
+    @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
+    def child_interrupts(self, input: ChildInterrupts) -> None:
+        """A sub-agent's session says its interrupts changed: a hint, never believed."""
+        self._sub_agents.hint(input)
+
+    @workflow.query
+    def state(self, input: StateQuery | None = None) -> SessionState:
+        """The session as clients see it (conversation by reference, turns, usage, events)."""
+        return self._requests.state(input)
+
+    @workflow.query
+    def pending(self) -> PendingView:
+        """The assistant message held outside the conversation, and its open interrupts."""
+        return self._requests.pending()
+
+    @workflow.query
+    def turn(self, turn_id: int) -> TurnRecord:
+        """One turn's status and result."""
+        return self._requests.turn(turn_id)
+
+    @workflow.query(name="interrupts")
+    def interrupts_query(self) -> ChildInterrupts:
+        """Every interrupt of this session: what a sub-agent's parent asks for and shows."""
+        return self._sub_agents.report()
 
     # ----------------------------------------------------------------------------- turns
 
@@ -149,7 +248,7 @@ class AgentSession(SubAgentSessions):
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)
         ledger = self._ledger
-        self._post_carried()  # notifications the previous run had not delivered
+        self._notifier.post_carried()  # notifications the previous run had not delivered
         if ledger.current is not None:  # a turn carried over from the previous run
             await self._run_turn(ledger.current)
             ledger.closing = ledger.closing or ledger.single_turn
@@ -167,7 +266,7 @@ class AgentSession(SubAgentSessions):
         ledger.closed = True
         ledger.emit("session_closed")
         self._show_details()
-        await self._notifications_delivered()
+        await self._notifier.delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return SessionResult(
             session_id=workflow.info().workflow_id,
@@ -193,7 +292,7 @@ class AgentSession(SubAgentSessions):
         except _TurnCancelled:
             ledger.end_turn(record, "cancelled", "cancelled", error=ledger.cancel_reason)
         except ActivityError as err:
-            ledger.end_turn(record, "failed", record.stop_reason, error=_failure_text(err))
+            ledger.end_turn(record, "failed", record.stop_reason, error=failure_text(err))
         finally:
             if not self._continuing:
                 ledger.leave_turn()
@@ -201,7 +300,7 @@ class AgentSession(SubAgentSessions):
             workflow.logger.info(
                 "turn %s ended %s: %s", record.turn_id, record.status, record.error
             )
-        self._notify_turn_end(record)
+        self._notifier.turn_ended(record)
 
     def _over_budget(self, record: TurnRecord) -> bool:
         """End the turn instead of calling the model past a budget; True when it ended."""
@@ -337,7 +436,7 @@ class AgentSession(SubAgentSessions):
         """
         uses = tool_uses(pending.message)
         todo = [u for u in uses if u.toolUseId not in pending.results]
-        tasks = [asyncio.create_task(self._resolve_tool(record, pending, u)) for u in todo]
+        tasks = [asyncio.create_task(self._gate.resolve(record, pending, u)) for u in todo]
         await workflow.wait_condition(
             lambda: all(t.done() for t in tasks) or self._can_park_for_approval()
         )
@@ -361,196 +460,6 @@ class AgentSession(SubAgentSessions):
             ledger.steering = []
         ledger.append(record, Message(role="user", content=content))
 
-    # ----------------------------------------------------------------------------- one tool use
-
-    async def _resolve_tool(self, record: TurnRecord, pending: PendingCycle, use: ToolUse) -> None:
-        """Produce one tool use's result: run it, or say why it did not run.
-
-        The order of gates: the tool must exist, the turn must not be cancelled, the
-        session's policy must not deny it, and a human must approve it when the tool, the
-        session or the policy asks for that. A tool that asks a question is run again with
-        the answer, as often as it asks.
-        """
-        tools, cancelled = self._ledger.tools or [], self._ledger.cancel_reason
-        spec = next((t for t in tools if t.name == use.name), None)
-        verdict = judge_all([self._config.policy, *self._config.policies], use)
-        refusal: str | None = None
-        if spec is None:
-            known = ", ".join(t.name for t in tools) or "none"
-            refusal = f"unknown tool {use.name!r}; this session has: {known}"
-        elif cancelled is not None:
-            refusal = f"tool was not run: {cancelled}"
-        elif verdict.action == "deny":
-            refusal = f"tool use denied by the session's policy: {verdict.reason}"
-        elif (needs_approval(spec, self._config) or verdict.action == "require_approval") and (
-            refused := await self._approval(record, use, verdict.reason)
-        ).status != "approved":
-            refusal = denial_text(refused)
-        if refusal is None and use.name in self._config.agents:
-            result = await self._run_sub_agent(record.turn_id, use)
-        elif refusal is None:
-            assert spec is not None  # an unknown tool is refused above
-            result = await self._run_until_answered(record, pending, use, spec)
-        else:
-            result = error_result(use.toolUseId, refusal)
-        pending.results[use.toolUseId] = result
-        self._ledger.emit(
-            "tool_finished",
-            turn=record.turn_id,
-            cycle=pending.cycle,
-            tool=use.name,
-            id=use.toolUseId,
-            status=result.status,
-        )
-
-    async def _run_until_answered(
-        self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
-    ) -> ToolResult:
-        """Run a tool; while it asks questions, wait for each answer and run it again."""
-        answers = pending.answers.setdefault(use.toolUseId, {})
-        while True:
-            question = self._open_interrupt_of(use, "question")
-            if question is None:  # nothing carried over from the previous run: run the tool
-                self._ledger.emit(
-                    "tool_started",
-                    turn=record.turn_id,
-                    cycle=pending.cycle,
-                    tool=use.name,
-                    id=use.toolUseId,
-                )
-                response = await self._execute_tool(use, spec, answers)
-                if response.result is not None:
-                    if response.digest is None:
-                        return response.result
-                    # stored: the workflow keeps the reference, not the content (which
-                    # histories recorded before the activity left it out still carry)
-                    pending.digests[use.toolUseId] = response.digest
-                    return stripped(response.result)
-                assert response.question is not None
-                question = self._open_interrupt(
-                    record,
-                    use,
-                    kind="question",
-                    name=response.question.name,
-                    reason=response.question.reason or f"tool {use.name!r} asks a question",
-                )
-            await self._wait_for_human(question)
-            if question.status != "answered":
-                return error_result(use.toolUseId, denial_text(question))
-            answers[question.name] = question.answer
-
-    async def _execute_tool(
-        self, use: ToolUse, spec: ToolSpec, answers: dict[str, Any]
-    ) -> ToolResponse:
-        """The tool activity; its failure is an error result for the model, not the turn's."""
-        session_id = workflow.info().workflow_id
-        handle = workflow.start_activity(
-            TOOL_ACTIVITY,
-            ToolRequest(
-                session_id=session_id,
-                tool_use=use,
-                idempotency_key=f"{session_id}/{use.toolUseId}",
-                timeout_s=spec.timeout_s,
-                answers=answers,
-            ),
-            result_type=ToolResponse,
-            start_to_close_timeout=tool_start_to_close(spec.timeout_s),
-            heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
-            retry_policy=TOOL_RETRY,
-        )
-        self._tool_calls[use.toolUseId] = handle
-        self._show_details()
-        try:
-            response: ToolResponse = await handle
-            return response
-        except ActivityError as err:
-            if self._ledger.cancel_reason is not None:
-                text = f"tool was cancelled: {self._ledger.cancel_reason}"
-            else:
-                text = f"tool {use.name!r} failed: {_failure_text(err)}"
-            return ToolResponse(result=error_result(use.toolUseId, text))
-        finally:
-            del self._tool_calls[use.toolUseId]
-            self._show_details()
-
-    # ----------------------------------------------------------------------------- people
-
-    async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:
-        """Park the tool use behind an approval interrupt until a human decides (S4).
-
-        An interrupt carried over from the previous run is waited on (or acted on, if it was
-        decided during the switch) rather than created again.
-        """
-        interrupt = self._open_interrupt_of(use, "approval") or self._open_interrupt(
-            record,
-            use,
-            kind="approval",
-            name=use.name,
-            reason=why or f"tool {use.name!r} requires approval",
-        )
-        await self._wait_for_human(interrupt)
-        return interrupt
-
-    def _open_interrupt_of(self, use: ToolUse, kind: str) -> Interrupt | None:
-        """The latest interrupt of a kind for a tool use, unless already acted on."""
-        for interrupt in reversed(self._ledger.interrupts.values()):
-            if interrupt.tool_use.toolUseId == use.toolUseId and interrupt.kind == kind:
-                if kind == "question" and interrupt.status == "answered":
-                    return None  # its answer is in the pending cycle's answers
-                return interrupt
-        return None
-
-    def _open_interrupt(
-        self, record: TurnRecord, use: ToolUse, *, kind: InterruptKind, name: str, reason: str
-    ) -> Interrupt:
-        timeout_s = self._config.approval_timeout_s
-        expires = workflow.now() + timedelta(seconds=timeout_s) if timeout_s else None
-        interrupt = Interrupt(
-            id=str(workflow.uuid4()),
-            kind=kind,
-            tool_use=use,
-            name=name,
-            reason=reason,
-            turn=record.turn_id,
-            expires_at=expires.isoformat() if expires else None,
-        )
-        self._ledger.open_interrupt(record, interrupt)
-        self._notify_interrupt(interrupt)
-        # A workflow task that only opens interrupts would complete with no command, and on
-        # replay after a cache miss Temporal hands its events to the next task, with any
-        # decide/respond update of that task validated first: the interrupt would look
-        # unknown. A memo upsert is a command, so the task stands on its own.
-        workflow.upsert_memo({"keel_interrupts_opened": len(self._ledger.interrupts)})
-        self._apply_held(interrupt.id)
-        return interrupt
-
-    async def _wait_for_human(self, interrupt: Interrupt) -> None:
-        """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
-        if interrupt.status != "pending":
-            return
-        self._show_details()
-        await self._report_to_parent()
-        ledger = self._ledger
-        remaining = None
-        if interrupt.expires_at is not None:
-            left = datetime.fromisoformat(interrupt.expires_at) - workflow.now()
-            remaining = max(left, timedelta(milliseconds=1))
-        try:
-            await workflow.wait_condition(
-                lambda: interrupt.status != "pending" or ledger.cancel_reason is not None,
-                timeout=remaining,
-                timeout_summary=f"{interrupt.kind} timeout for {interrupt.tool_use.name}",
-            )
-        except TimeoutError:
-            timeout_s = self._config.approval_timeout_s or 0
-            ledger.close_interrupt(
-                interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
-            )
-        if interrupt.status == "pending":  # the turn was cancelled while it waited
-            ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
-        self._show_details()
-        await self._report_to_parent()
-
     def _show_details(self) -> None:
         """Tell Temporal's UI what the session does or waits for now.
 
@@ -565,8 +474,8 @@ class AgentSession(SubAgentSessions):
             current_details(
                 ledger,
                 model_call=current.cycles if current and self._model_call is not None else None,
-                tools=[names.get(use_id, use_id) for use_id in self._tool_calls],
-                children=self._children.values(),
+                tools=[names.get(use_id, use_id) for use_id in self._gate.tool_calls],
+                children=self._sub_agents.children.values(),
             )
         )
 
@@ -588,8 +497,8 @@ class AgentSession(SubAgentSessions):
     def _can_park_for_approval(self) -> bool:
         """Safe to continue-as-new mid-cycle: no tool in flight, only humans awaited."""
         return (
-            not self._tool_calls
-            and not self._children
+            not self._gate.tool_calls
+            and not self._sub_agents.children
             and bool(self._ledger.pending_interrupts())
             and self._ledger.cancel_reason is None
             and self._history_full()

@@ -44,7 +44,12 @@ with workflow.unsafe.imports_passed_through():
         SESSION_CALL_RETRY,
         SESSION_CALL_START_TO_CLOSE,
     )
-    from keel.workflows.agents import SESSION_WORKFLOW, agent_result, child_session_id
+    from keel.workflows.agents import (
+        SESSION_WORKFLOW,
+        AgentResult,
+        agent_result,
+        child_session_id,
+    )
     from keel.workflows.approvals import signer_fingerprint
     from keel.workflows.boundary import InputRejected
     from keel.workflows.contracts import (
@@ -60,9 +65,8 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from keel.workflows.cycle import text_of
-    from keel.workflows.handlers import SessionHandlers
     from keel.workflows.inheritance import child_config
-    from keel.workflows.ledger import SessionInput
+    from keel.workflows.ledger import Ledger, SessionInput
     from keel.workflows.messages import (
         ToolResult,
         ToolResultContent,
@@ -70,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
         error_result,
         text_block,
     )
-    from keel.workflows.notifications import SessionNotifier
+    from keel.workflows.notifications import Notifier
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
 # Sub-agents are trusted only as far as their parent can check (see the module's docstring).
@@ -94,22 +98,28 @@ def sub_agent_specs(agents: dict[str, SubAgent]) -> list[ToolSpec]:
     ]
 
 
-class SubAgentSessions(SessionHandlers, SessionNotifier):
-    """The parent's side (run a child, mirror its interrupts) and the child's (report)."""
+class SubAgents:
+    """A session's sub-agents: its children (run, asked, decided through) and its parent."""
 
-    _config: SessionConfig
-    # in flight in this run only: child session id -> sub-agent name; children that said
-    # their interrupts changed, not asked yet; and (sessions from before CHILD_TRUST_PATCH)
-    # decisions or answers given here for a child's interrupt, not yet forwarded
-    _children: dict[str, str]
-    _report_due: set[str]
-    _forward: list[tuple[str, Decision | Answer]]
+    def __init__(self, config: SessionConfig, ledger: Ledger, notifier: Notifier) -> None:
+        """Run the sub-agents of ``config``; record what they show in ``ledger``."""
+        self._config = config
+        self._ledger = ledger
+        self._notifier = notifier
+        # in flight in this run only (no run continues-as-new while a child runs): child
+        # session id -> sub-agent name; children that said their interrupts changed, not
+        # asked yet; interrupts whose decision is being handed to their child; and (sessions
+        # from before CHILD_TRUST_PATCH) decisions given here, not yet signalled to a child
+        self.children: dict[str, str] = {}
+        self._report_due: set[str] = set()
+        self.handing_on: set[str] = set()
+        self._forward: list[tuple[str, Decision | Answer]] = []
 
     def _asks_children(self) -> bool:
         """Whether this run checks its children (True but when replaying an older history)."""
         return workflow.patched(CHILD_TRUST_PATCH)
 
-    async def _run_sub_agent(self, turn_id: int, use: ToolUse) -> ToolResult:
+    async def run(self, use: ToolUse) -> ToolResult:
         """Run one turn of the sub-agent ``use.name`` in a child session; its result."""
         agent = self._config.agents[use.name]
         prompt = use.input.get("prompt") if isinstance(use.input, dict) else None
@@ -124,7 +134,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                 return error_result(use.toolUseId, f"sub-agent not started: {err}")
         parent = workflow.info().workflow_id
         child_id = child_session_id(parent, f"{use.name}-{use.toolUseId}")
-        self._children[child_id] = use.name
+        self.children[child_id] = use.name
         child = asyncio.create_task(
             workflow.execute_child_workflow(
                 SESSION_WORKFLOW,
@@ -140,43 +150,39 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             )
         )
         try:
-            while True:
-                await workflow.wait_condition(
-                    lambda: (
-                        child.done()
-                        or self._ledger.cancel_reason is not None
-                        or child_id in self._report_due
-                        or any(c == child_id for c, _ in self._forward)
-                    )
-                )
-                if child_id in self._report_due:
-                    await self._ask_child(child_id)
-                    continue
-                await self._forward_to(child_id)
-                if child.done():
-                    break
-                if self._ledger.cancel_reason is not None:
-                    child.cancel()
-                    break
-            result = await child
+            result = await self._follow(child_id, child)
         except (ChildWorkflowError, asyncio.CancelledError) as err:
             why = self._ledger.cancel_reason or str(getattr(err, "cause", None) or err)
             return error_result(use.toolUseId, f"sub-agent {use.name!r} did not finish: {why}")
         finally:
-            del self._children[child_id]
+            del self.children[child_id]
             self._report_due.discard(child_id)
             self._close_mirrors(child_id)
-        outcome = agent_result(child_id, result)
-        if outcome.status != "completed":
-            text = f"sub-agent {use.name!r} {outcome.status}: {outcome.error or 'no answer'}"
-            return error_result(use.toolUseId, text)
-        if outcome.output is not None:
-            answer = _JSON.dump_json(outcome.output).decode()
-        else:
-            answer = text_of(outcome.message)
-        return ToolResult(
-            toolUseId=use.toolUseId, content=[ToolResultContent(text=answer or "(no text)")]
-        )
+        return _tool_result(use, agent_result(child_id, result))
+
+    async def _follow(
+        self, child_id: str, child: asyncio.Task[SessionResult]
+    ) -> SessionResult:
+        """Wait for the child, asking it when it says its interrupts changed."""
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    child.done()
+                    or self._ledger.cancel_reason is not None
+                    or child_id in self._report_due
+                    or any(c == child_id for c, _ in self._forward)
+                )
+            )
+            if child_id in self._report_due:
+                await self._ask_child(child_id)
+                continue
+            await self._forward_to(child_id)
+            if child.done():
+                break
+            if self._ledger.cancel_reason is not None:
+                child.cancel()
+                break
+        return await child
 
     async def _ask_child(self, child_id: str) -> None:
         """Show here what the child holds, as its session answers for itself.
@@ -205,14 +211,14 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             return
         self._mirror(child_id, report.interrupts)
 
-    def _child_deciding(self, interrupt: Interrupt) -> str | None:
+    def deciding(self, interrupt: Interrupt) -> str | None:
         """The child session that decides this interrupt, when it is a checked mirror."""
         child = self._ledger.mirrored.get(interrupt.id)
         if child is None or not self._asks_children():
             return None
         return child
 
-    async def _hand_on(
+    async def hand_on(
         self, child_id: str, interrupt: Interrupt, message: Decision | Answer
     ) -> InterruptAck:
         """Hand a decision or answer given here to the child; it counts once it took it.
@@ -221,7 +227,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             ApplicationError: the child refused it (or cannot be reached); the interrupt
                 stays pending here, its ``note`` saying why.
         """
-        self._handing_on.add(interrupt.id)
+        self.handing_on.add(interrupt.id)
         try:
             response = await workflow.execute_activity(
                 FORWARD_ACTIVITY,
@@ -237,7 +243,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
         except ActivityError as err:
             response = ForwardResponse(refused=f"it cannot be reached: {err.cause or err}")
         finally:
-            self._handing_on.discard(interrupt.id)
+            self.handing_on.discard(interrupt.id)
         if response.ack is None:
             interrupt.note = f"the sub-agent's session refused it: {response.refused}"
             workflow.logger.warning("interrupt %s: %s", interrupt.id, interrupt.note)
@@ -249,18 +255,24 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
             interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status
         )
 
-    def _hand_on_later(
+    def hand_on_later(
         self, child_id: str, interrupt: Interrupt, message: Decision | Answer
     ) -> None:
-        """``_hand_on`` for a signal: in a task of its own; a refusal is logged."""
+        """``hand_on`` for a signal: in a task of its own; a refusal is logged."""
 
         async def hand_on() -> None:
             try:
-                await self._hand_on(child_id, interrupt, message)
+                await self.hand_on(child_id, interrupt, message)
             except ApplicationError:
                 pass  # logged, and noted on the interrupt
 
         asyncio.create_task(hand_on())
+
+    def forward_later(self, interrupt: Interrupt, message: Decision | Answer) -> None:
+        """Sessions from before CHILD_TRUST_PATCH: signal a mirror's decision to its child."""
+        child = self._ledger.mirrored.get(interrupt.id)
+        if child is not None:
+            self._forward.append((child, message))
 
     def _settle_mirror(
         self, interrupt: Interrupt, status: InterruptStatus, message: Decision | Answer
@@ -293,13 +305,13 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                 self._ledger.close_interrupt(interrupt, "cancelled", reason="sub-agent ended")
             del self._ledger.mirrored[interrupt_id]
 
-    @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
-    def child_interrupts(self, input: ChildInterrupts) -> None:
-        """A hint that a running child's interrupts changed: the parent asks the child.
+    def hint(self, input: ChildInterrupts) -> None:
+        """A running child says its interrupts changed (signal ``child_interrupts``).
 
-        From a session that is not a running child of this one, it is logged and dropped.
+        The parent asks the child; from a session that is not a running child of this one,
+        the hint is logged and dropped.
         """
-        if not isinstance(input, ChildInterrupts) or input.child_id not in self._children:
+        if not isinstance(input, ChildInterrupts) or input.child_id not in self.children:
             child = getattr(input, "child_id", None)
             workflow.logger.warning("ignored interrupts of %r: not a running sub-agent", child)
             return
@@ -310,7 +322,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
 
     def _mirror(self, child_id: str, interrupts: list[Interrupt]) -> None:
         """Show a child's new pending interrupts here; settle those it has decided."""
-        ledger, name = self._ledger, self._children.get(child_id)
+        ledger, name = self._ledger, self.children.get(child_id)
         record = ledger.current
         if name is None or record is None:
             return
@@ -323,7 +335,7 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                     update={"turn": record.turn_id, "reason": f"[sub-agent {name}] {theirs.reason}"}
                 )
                 ledger.open_interrupt(record, copy)
-                self._notify_interrupt(copy)  # the parent's URLs: it is decided here
+                self._notifier.interrupt_opened(copy)  # the parent's URLs: decided here
                 opened = True
             elif (
                 mine is not None
@@ -339,27 +351,34 @@ class SubAgentSessions(SessionHandlers, SessionNotifier):
                     theirs.decision_reason,
                     theirs.key_fingerprint,
                 )
-        if opened:  # a command, so the task that opens them stands alone (see _open_interrupt)
+        if opened:  # a command, so the task that opens them stands alone (see the session)
             workflow.upsert_memo({"keel_interrupts_opened": len(ledger.interrupts)})
 
-    def _apply_decision(self, interrupt: Interrupt, decision: Decision) -> None:
-        super()._apply_decision(interrupt, decision)
-        child = self._ledger.mirrored.get(interrupt.id)
-        if child is not None:  # only sessions from before CHILD_TRUST_PATCH get here
-            self._forward.append((child, decision))
+    def report(self) -> ChildInterrupts:
+        """Every interrupt of this session: what its parent asks for (query ``interrupts``)."""
+        return ChildInterrupts(
+            child_id=workflow.info().workflow_id, interrupts=list(self._ledger.interrupts.values())
+        )
 
-    def _apply_answer(self, interrupt: Interrupt, answer: Answer) -> None:
-        super()._apply_answer(interrupt, answer)
-        child = self._ledger.mirrored.get(interrupt.id)
-        if child is not None:  # only sessions from before CHILD_TRUST_PATCH get here
-            self._forward.append((child, answer))
-
-    async def _report_to_parent(self) -> None:
+    async def report_to_parent(self) -> None:
         """A sub-agent's session: tell the parent that this session's interrupts changed."""
         parent = self._ledger.parent_session
         if parent is None:
             return
-        report = ChildInterrupts(
-            child_id=workflow.info().workflow_id, interrupts=list(self._ledger.interrupts.values())
+        await workflow.get_external_workflow_handle(parent).signal(
+            CHILD_INTERRUPTS_SIGNAL, self.report()
         )
-        await workflow.get_external_workflow_handle(parent).signal(CHILD_INTERRUPTS_SIGNAL, report)
+
+
+def _tool_result(use: ToolUse, outcome: AgentResult) -> ToolResult:
+    """The parent's tool result of a sub-agent's turn."""
+    if outcome.status != "completed":
+        text = f"sub-agent {use.name!r} {outcome.status}: {outcome.error or 'no answer'}"
+        return error_result(use.toolUseId, text)
+    if outcome.output is not None:
+        answer = _JSON.dump_json(outcome.output).decode()
+    else:
+        answer = text_of(outcome.message)
+    return ToolResult(
+        toolUseId=use.toolUseId, content=[ToolResultContent(text=answer or "(no text)")]
+    )

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -55,14 +56,41 @@ RUN_LOCAL = {
     "_ledger",
     "_init_error",
     "_model_call",
-    "_tool_calls",
-    "_held",
     "_continuing",
-    "_children",
-    "_report_due",
-    "_handing_on",
-    "_forward",
-    "_deliveries",
+    # the parts (each holds the configuration, the ledger, and other parts it works with)
+    "_answers",
+    "_answers._ledger",
+    "_requests",
+    "_requests._config",
+    "_requests._ledger",
+    "_requests._answers",
+    "_requests._init_error",
+    "_notifier",
+    "_notifier._config",
+    "_notifier._ledger",
+    "_notifier._deliveries",
+    "_sub_agents",
+    "_sub_agents._config",
+    "_sub_agents._ledger",
+    "_sub_agents._notifier",
+    "_sub_agents.children",
+    "_sub_agents._report_due",
+    "_sub_agents.handing_on",
+    "_sub_agents._forward",
+    "_decisions",
+    "_decisions._config",
+    "_decisions._ledger",
+    "_decisions._answers",
+    "_decisions._sub_agents",
+    "_decisions._held",
+    "_gate",
+    "_gate._config",
+    "_gate._ledger",
+    "_gate._notifier",
+    "_gate._sub_agents",
+    "_gate._decisions",
+    "_gate._show_details",
+    "_gate.tool_calls",
 }
 
 
@@ -162,7 +190,16 @@ class ProbedSession(AgentSession):
 
     @workflow.query
     def attributes(self) -> list[str]:
-        return sorted(name for name in vars(self) if name != "_pull_lever")
+        """What the session holds, and what each of its parts holds."""
+        names = []
+        for name, value in vars(self).items():
+            if name == "_pull_lever":
+                continue
+            names.append(name)
+            part = type(value).__module__.startswith("keel.workflows.")
+            if part and not isinstance(value, BaseModel):
+                names += [f"{name}.{inner}" for inner in vars(value)]
+        return sorted(names)
 
 
 async def test_a_real_continue_as_new_carries_the_whole_ledger(

@@ -1,0 +1,154 @@
+"""Decisions and answers (S4): what the ``decide`` and ``respond`` handlers do.
+
+One path for both, as update (validated, answered) and as signal (fire-and-forget: an
+invalid one is logged and ignored). A decision or answer names a pending interrupt the
+session created and is checked by ``keel.workflows.approvals`` (approvers, signatures bound
+to this session or an ancestor); a sub-agent's interrupt shown here is handed to the
+sub-agent's session and counts once that session accepted it (``keel.workflows.sub_agents``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from keel.workflows.approvals import check_answer, check_decision, signer_fingerprint
+    from keel.workflows.boundary import InputRejected
+    from keel.workflows.contracts import (
+        Answer,
+        Decision,
+        Interrupt,
+        InterruptAck,
+        InterruptStatus,
+        SessionConfig,
+    )
+    from keel.workflows.handlers import UpdateAnswers, expect
+    from keel.workflows.ledger import Ledger
+    from keel.workflows.sub_agents import SubAgents
+
+# decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
+HELD_SIGNALS_KEPT = 16
+Message = Decision | Answer
+
+
+class Decisions:
+    """Check and apply decisions and answers; hold early signals for one workflow task."""
+
+    def __init__(
+        self, config: SessionConfig, ledger: Ledger, answers: UpdateAnswers, sub_agents: SubAgents
+    ) -> None:
+        """Decide the interrupts of ``ledger`` under the rules of ``config``."""
+        self._config = config
+        self._ledger = ledger
+        self._answers = answers
+        self._sub_agents = sub_agents
+        # decide/respond signals naming an interrupt not open yet, with the history length of
+        # the workflow task they came in (see ``_hold``); never carried to another run
+        self._held: deque[tuple[int, Message]] = deque(maxlen=HELD_SIGNALS_KEPT)
+
+    def _pending_for(self, message: Message) -> Interrupt:
+        """The pending interrupt ``message`` decides or answers, or why it is refused."""
+        signed_for = (workflow.info().workflow_id, *self._ledger.ancestors)
+        interrupts, config = self._ledger.interrupts, self._config
+        if isinstance(message, Decision):
+            interrupt = check_decision(interrupts, message, config, signed_for)
+        else:
+            interrupt = check_answer(interrupts, message, config, signed_for)
+        if interrupt.id in self._sub_agents.handing_on:
+            raise InputRejected(
+                f"interrupt {interrupt.id!r} is being decided in its sub-agent's session"
+            )
+        return interrupt
+
+    def check(self, message: Message, kind: type[Message]) -> None:
+        """The ``decide`` / ``respond`` update validator."""
+        expect(message, kind)
+        if self._answers.given(InterruptAck) is not None:
+            return  # accepted before: answered again, whatever the session's state now
+        self._pending_for(message)
+
+    async def take(self, message: Message) -> InterruptAck:
+        """The ``decide`` / ``respond`` update: decide, or hand on to a sub-agent's session.
+
+        The same update id again (a redelivery) gets the same answer and acts no second time.
+        """
+        again = self._answers.given(InterruptAck)
+        if again is not None:
+            return again
+        interrupt = self._pending_for(message)
+        child = self._sub_agents.deciding(interrupt)
+        if child is not None:
+            return self._answers.give(await self._sub_agents.hand_on(child, interrupt, message))
+        self._apply(interrupt, message)
+        return self._answers.give(_ack(interrupt))
+
+    def take_signal(self, message: Message, kind: type[Message]) -> None:
+        """The ``decide`` / ``respond`` signal: the same checks; an invalid one is logged."""
+        try:
+            expect(message, kind)
+            interrupt = self._pending_for(message)
+        except InputRejected as err:
+            held = self._hold(message)
+            workflow.logger.warning("ignored %s signal: %s%s", _name(kind), err, held)
+            return
+        child = self._sub_agents.deciding(interrupt)
+        if child is not None:
+            self._sub_agents.hand_on_later(child, interrupt, message)
+            return
+        self._apply(interrupt, message)
+
+    def _apply(self, interrupt: Interrupt, message: Message) -> None:
+        if isinstance(message, Decision):
+            status: InterruptStatus = "approved" if message.decision == "approve" else "denied"
+            key = signer_fingerprint(self._config, message.approver)
+            self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
+        else:
+            interrupt.answer = message.value
+            key = signer_fingerprint(self._config, message.responder)
+            self._ledger.close_interrupt(interrupt, "answered", message.responder, key=key)
+        self._sub_agents.forward_later(interrupt, message)  # sessions from before the patch
+
+    def _hold(self, message: object) -> str:
+        """Keep a decide/respond signal whose interrupt is not open, for this workflow task.
+
+        A query can show an interrupt before the workflow task that opens it has run, and a
+        signal sent then is handled in that task, before the interrupt opens. Such a signal
+        is kept, and applied if an interrupt of that id opens in the same task; never later,
+        so a signal cannot decide an interrupt ahead of time.
+
+        Returns:
+            What to add to the log line: why the signal may still count, or nothing.
+        """
+        if not isinstance(message, Decision | Answer):
+            return ""
+        if message.interrupt_id in self._ledger.interrupts:
+            return ""  # known: refused for another reason
+        self._held.append((workflow.info().get_current_history_length(), message))
+        return " (unless that interrupt opens in this workflow task)"
+
+    def opened(self, interrupt_id: str) -> None:
+        """An interrupt just opened: handle the signal held for it in this task, if one is.
+
+        It is taken out of the hold and handled again as a signal: the same checks. Signals
+        held in an earlier task are void and dropped; this task's others stay.
+        """
+        task = workflow.info().get_current_history_length()
+        current = [(at, s) for at, s in self._held if at == task]
+        held = next((s for _, s in current if s.interrupt_id == interrupt_id), None)
+        self._held = deque(
+            ((at, s) for at, s in current if s is not held), maxlen=self._held.maxlen
+        )
+        if held is None:
+            return
+        workflow.logger.info("applying a signal sent as interrupt %s opened", interrupt_id)
+        self.take_signal(held, type(held))
+
+
+def _name(kind: type[Message]) -> str:
+    return "decide" if kind is Decision else "respond"
+
+
+def _ack(interrupt: Interrupt) -> InterruptAck:
+    return InterruptAck(interrupt_id=interrupt.id, turn_id=interrupt.turn, status=interrupt.status)

@@ -1,0 +1,252 @@
+"""The gate every tool use of the model passes: exists, not cancelled, policy, approval.
+
+``ToolGate.resolve`` produces one tool use's result: it runs the tool (as the activity
+``keel.tool.run``, or a sub-agent's child session) or says why it did not run. A tool that
+needs a person's approval parks behind an interrupt the gate opens (S4); a tool that asks a
+question (``ctx.interrupt``) runs again with each answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from keel.workflows.activity_contracts import ToolRequest, ToolResponse
+    from keel.workflows.activity_options import (
+        TOOL_ACTIVITY,
+        TOOL_RETRY,
+        heartbeat_timeout,
+        tool_start_to_close,
+    )
+    from keel.workflows.approvals import denial_text, needs_approval
+    from keel.workflows.contracts import (
+        Interrupt,
+        InterruptKind,
+        SessionConfig,
+        ToolSpec,
+        TurnRecord,
+    )
+    from keel.workflows.cycle import failure_text, stripped
+    from keel.workflows.decisions import Decisions
+    from keel.workflows.ledger import Ledger, PendingCycle
+    from keel.workflows.messages import ToolResult, ToolUse, error_result
+    from keel.workflows.notifications import Notifier
+    from keel.workflows.sub_agents import SubAgents
+    from keel.workflows.tool_policies import judge_all
+
+
+class ToolGate:
+    """Run, refuse or park each tool use of a cycle; the tool activities in flight."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        ledger: Ledger,
+        notifier: Notifier,
+        sub_agents: SubAgents,
+        decisions: Decisions,
+        show_details: Callable[[], None],
+    ) -> None:
+        """Gate the session's tool uses; ``show_details`` tells Temporal's UI what runs."""
+        self._config = config
+        self._ledger = ledger
+        self._notifier = notifier
+        self._sub_agents = sub_agents
+        self._decisions = decisions
+        self._show_details = show_details
+        # in flight in this run only: the tool activities by toolUseId (cancel stops them)
+        self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
+
+    async def resolve(self, record: TurnRecord, pending: PendingCycle, use: ToolUse) -> None:
+        """Produce one tool use's result: run it, or say why it did not run.
+
+        The order of gates: the tool must exist, the turn must not be cancelled, the
+        session's policy must not deny it, and a human must approve it when the tool, the
+        session or the policy asks for that. A tool that asks a question is run again with
+        the answer, as often as it asks.
+        """
+        tools, cancelled = self._ledger.tools or [], self._ledger.cancel_reason
+        spec = next((t for t in tools if t.name == use.name), None)
+        verdict = judge_all([self._config.policy, *self._config.policies], use)
+        refusal: str | None = None
+        if spec is None:
+            known = ", ".join(t.name for t in tools) or "none"
+            refusal = f"unknown tool {use.name!r}; this session has: {known}"
+        elif cancelled is not None:
+            refusal = f"tool was not run: {cancelled}"
+        elif verdict.action == "deny":
+            refusal = f"tool use denied by the session's policy: {verdict.reason}"
+        elif (needs_approval(spec, self._config) or verdict.action == "require_approval") and (
+            refused := await self._approval(record, use, verdict.reason)
+        ).status != "approved":
+            refusal = denial_text(refused)
+        if refusal is None and use.name in self._config.agents:
+            result = await self._sub_agents.run(use)
+        elif refusal is None:
+            assert spec is not None  # an unknown tool is refused above
+            result = await self._run_until_answered(record, pending, use, spec)
+        else:
+            result = error_result(use.toolUseId, refusal)
+        pending.results[use.toolUseId] = result
+        self._ledger.emit(
+            "tool_finished",
+            turn=record.turn_id,
+            cycle=pending.cycle,
+            tool=use.name,
+            id=use.toolUseId,
+            status=result.status,
+        )
+
+    async def _run_until_answered(
+        self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
+    ) -> ToolResult:
+        """Run a tool; while it asks questions, wait for each answer and run it again."""
+        answers = pending.answers.setdefault(use.toolUseId, {})
+        while True:
+            question = self._open_interrupt_of(use, "question")
+            if question is None:  # nothing carried over from the previous run: run the tool
+                self._ledger.emit(
+                    "tool_started",
+                    turn=record.turn_id,
+                    cycle=pending.cycle,
+                    tool=use.name,
+                    id=use.toolUseId,
+                )
+                response = await self._execute_tool(use, spec, answers)
+                if response.result is not None:
+                    if response.digest is None:
+                        return response.result
+                    # stored: the workflow keeps the reference, not the content (which
+                    # histories recorded before the activity left it out still carry)
+                    pending.digests[use.toolUseId] = response.digest
+                    return stripped(response.result)
+                assert response.question is not None
+                question = self._open_interrupt(
+                    record,
+                    use,
+                    kind="question",
+                    name=response.question.name,
+                    reason=response.question.reason or f"tool {use.name!r} asks a question",
+                )
+            await self._wait_for_human(question)
+            if question.status != "answered":
+                return error_result(use.toolUseId, denial_text(question))
+            answers[question.name] = question.answer
+
+    async def _execute_tool(
+        self, use: ToolUse, spec: ToolSpec, answers: dict[str, Any]
+    ) -> ToolResponse:
+        """The tool activity; its failure is an error result for the model, not the turn's."""
+        session_id = workflow.info().workflow_id
+        handle = workflow.start_activity(
+            TOOL_ACTIVITY,
+            ToolRequest(
+                session_id=session_id,
+                tool_use=use,
+                idempotency_key=f"{session_id}/{use.toolUseId}",
+                timeout_s=spec.timeout_s,
+                answers=answers,
+            ),
+            result_type=ToolResponse,
+            start_to_close_timeout=tool_start_to_close(spec.timeout_s),
+            heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
+            retry_policy=TOOL_RETRY,
+        )
+        self.tool_calls[use.toolUseId] = handle
+        self._show_details()
+        try:
+            response: ToolResponse = await handle
+            return response
+        except ActivityError as err:
+            if self._ledger.cancel_reason is not None:
+                text = f"tool was cancelled: {self._ledger.cancel_reason}"
+            else:
+                text = f"tool {use.name!r} failed: {failure_text(err)}"
+            return ToolResponse(result=error_result(use.toolUseId, text))
+        finally:
+            del self.tool_calls[use.toolUseId]
+            self._show_details()
+
+    # ----------------------------------------------------------------------------- people
+
+    async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:
+        """Park the tool use behind an approval interrupt until a human decides (S4).
+
+        An interrupt carried over from the previous run is waited on (or acted on, if it was
+        decided during the switch) rather than created again.
+        """
+        interrupt = self._open_interrupt_of(use, "approval") or self._open_interrupt(
+            record,
+            use,
+            kind="approval",
+            name=use.name,
+            reason=why or f"tool {use.name!r} requires approval",
+        )
+        await self._wait_for_human(interrupt)
+        return interrupt
+
+    def _open_interrupt_of(self, use: ToolUse, kind: str) -> Interrupt | None:
+        """The latest interrupt of a kind for a tool use, unless already acted on."""
+        for interrupt in reversed(self._ledger.interrupts.values()):
+            if interrupt.tool_use.toolUseId == use.toolUseId and interrupt.kind == kind:
+                if kind == "question" and interrupt.status == "answered":
+                    return None  # its answer is in the pending cycle's answers
+                return interrupt
+        return None
+
+    def _open_interrupt(
+        self, record: TurnRecord, use: ToolUse, *, kind: InterruptKind, name: str, reason: str
+    ) -> Interrupt:
+        timeout_s = self._config.approval_timeout_s
+        expires = workflow.now() + timedelta(seconds=timeout_s) if timeout_s else None
+        interrupt = Interrupt(
+            id=str(workflow.uuid4()),
+            kind=kind,
+            tool_use=use,
+            name=name,
+            reason=reason,
+            turn=record.turn_id,
+            expires_at=expires.isoformat() if expires else None,
+        )
+        self._ledger.open_interrupt(record, interrupt)
+        self._notifier.interrupt_opened(interrupt)
+        # A workflow task that only opens interrupts would complete with no command, and on
+        # replay after a cache miss Temporal hands its events to the next task, with any
+        # decide/respond update of that task validated first: the interrupt would look
+        # unknown. A memo upsert is a command, so the task stands on its own.
+        workflow.upsert_memo({"keel_interrupts_opened": len(self._ledger.interrupts)})
+        self._decisions.opened(interrupt.id)
+        return interrupt
+
+    async def _wait_for_human(self, interrupt: Interrupt) -> None:
+        """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
+        if interrupt.status != "pending":
+            return
+        self._show_details()
+        await self._sub_agents.report_to_parent()
+        ledger = self._ledger
+        remaining = None
+        if interrupt.expires_at is not None:
+            left = datetime.fromisoformat(interrupt.expires_at) - workflow.now()
+            remaining = max(left, timedelta(milliseconds=1))
+        try:
+            await workflow.wait_condition(
+                lambda: interrupt.status != "pending" or ledger.cancel_reason is not None,
+                timeout=remaining,
+                timeout_summary=f"{interrupt.kind} timeout for {interrupt.tool_use.name}",
+            )
+        except TimeoutError:
+            timeout_s = self._config.approval_timeout_s or 0
+            ledger.close_interrupt(
+                interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
+            )
+        if interrupt.status == "pending":  # the turn was cancelled while it waited
+            ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
+        self._show_details()
+        await self._sub_agents.report_to_parent()
+
