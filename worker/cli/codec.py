@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
 from keel.worker.cli.run_inputs import UsageError
 from keel.worker.codec_server import DEFAULT_ORIGINS, serve_codec
@@ -30,3 +31,24 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
     origins = args.cors_origin or list(DEFAULT_ORIGINS)
     await serve_codec(keyring, token, args.host, args.port, origins)
     return EXIT_OK
+
+
+def add_parser(sub: flags.Subparsers) -> None:
+    """``keel codec-server``, on the ``keel`` parser's subparsers."""
+    codec = sub.add_parser(
+        "codec-server",
+        help="decode encrypted payloads for the Temporal Web UI and CLI",
+        description="Serve Temporal's codec protocol (POST /encode, /decode) with "
+        "KEEL_ENCRYPTION_KEY and KEEL_DECRYPTION_KEYS; callers send "
+        "Authorization: Bearer $KEEL_CODEC_TOKEN.",
+    )
+    codec.add_argument("--port", type=int, required=True, help="port to listen on")
+    codec.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    codec.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="URL",
+        help="a browser origin allowed to call it, repeatable (default: the dev server's UI, "
+        "http://localhost:8233)",
+    )
+    codec.set_defaults(handler=cmd_codec_server)

@@ -1,6 +1,7 @@
 """The ``keel`` commands that look at sessions without changing them.
 
 ``show``, ``pending``, ``watch``, ``sessions``; each a coroutine ``(args, settings) -> exit code``.
+``add_parser`` adds their parsers to ``keel``'s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from temporalio.worker import Worker
 
 from keel.activities.store import open_store
+from keel.worker.cli import flags
 from keel.worker.cli.console import (
     EXIT_OK,
     EXIT_WAITING,
@@ -174,3 +176,35 @@ async def _until_ctrl_c(work: Coroutine[Any, Any, T]) -> T | None:
             with suppress(asyncio.CancelledError):
                 await task
     return None if task.cancelled() else task.result()
+
+
+def add_parser(sub: flags.Subparsers) -> None:
+    """``keel show``, ``pending``, ``watch`` and ``sessions``, on ``keel``'s subparsers."""
+    for name, handler, text in (
+        ("show", cmd_show, "print a session's conversation"),
+        ("pending", cmd_pending, "show what a session's running turn waits on"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("session", type=flags.session_id)
+        cmd.add_argument("--json", action="store_true", help="print JSON")
+        cmd.set_defaults(handler=handler)
+
+    watch = sub.add_parser("watch", help="follow a session's events live")
+    watch.add_argument("session", type=flags.session_id)
+    watch.add_argument(
+        "--since", type=int, default=0, metavar="N", help="skip the first N events (default 0)"
+    )
+    watch.add_argument("--json", action="store_true", help="print each event as a JSON line")
+    watch.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="stop when no turn runs or is queued (exit 0) or one waits for approval (exit 3)",
+    )
+    watch.set_defaults(handler=cmd_watch)
+
+    sessions = sub.add_parser("sessions", help="list sessions, newest first")
+    sessions.add_argument("--json", action="store_true", help="print a JSON array")
+    sessions.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N sessions (default 20)"
+    )
+    sessions.set_defaults(handler=cmd_sessions)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from keel.worker.cli.console import EXIT_OK
+from keel.worker.cli.flags import Subparsers
 from keel.worker.cli.run_inputs import (
     UsageError,
     add_session_flags,
@@ -52,7 +53,7 @@ def parse_duration(text: str) -> timedelta:
     return every
 
 
-def add_schedule_parser(sub: Any) -> None:
+def add_parser(sub: Subparsers) -> None:
     """``keel schedule ...`` and its subcommands, on the ``keel`` parser's subparsers."""
     schedule = sub.add_parser(
         "schedule",

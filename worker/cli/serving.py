@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import sys
 
+from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
 from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
 from keel.worker.cli.ui import build_app, ui_source
@@ -15,7 +16,7 @@ from keel.worker.process.serve import run_until_signalled, serve_worker
 from keel.worker.server.connection import connect_configured
 from keel.worker.server.devserver import DevServer
 from keel.worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
-from keel.worker.ui.serving import DEFAULT_HOST, UiBindError, ui_running
+from keel.worker.ui.serving import DEFAULT_HOST, DEFAULT_PORT, UiBindError, ui_running
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -80,3 +81,54 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{ready}; Ctrl-C stops", flush=True)
                 await run_until_signalled(worker)
     return EXIT_OK
+
+
+# ``keel worker``'s flags that override an environment variable: (flag, metavar, help).
+_WORKER_SETTINGS = (
+    ("--address", "HOST:PORT", "Temporal frontend (TEMPORAL_ADDRESS)"),
+    ("--namespace", "NS", "namespace (TEMPORAL_NAMESPACE, default: default)"),
+    ("--tls-cert", "PEM", "client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"),
+    ("--tls-key", "PEM", "its private key (TEMPORAL_TLS_CLIENT_KEY_PATH)"),
+    ("--tls-ca", "PEM", "CA of the server (TEMPORAL_TLS_SERVER_CA_CERT_PATH)"),
+    ("--tls-server-name", "NAME", "name on the server certificate (TEMPORAL_TLS_SERVER_NAME)"),
+    ("--max-concurrent-activities", "N", "KEEL_MAX_CONCURRENT_ACTIVITIES (default 100)"),
+    ("--max-concurrent-workflow-tasks", "N", "KEEL_MAX_CONCURRENT_WORKFLOW_TASKS"),
+    ("--max-cached-workflows", "N", "KEEL_MAX_CACHED_WORKFLOWS (default 1000)"),
+    ("--shutdown-grace", "SECONDS", "KEEL_SHUTDOWN_GRACE_S: time to finish after SIGTERM"),
+    ("--health-port", "PORT", "serve /healthz and /readyz (KEEL_HEALTH_PORT)"),
+    ("--metrics-port", "PORT", "serve Prometheus /metrics (KEEL_METRICS_PORT)"),
+    ("--otlp-endpoint", "URL", "export traces by OTLP/HTTP (KEEL_OTLP_ENDPOINT)"),
+    ("--log-format", "text|json", "KEEL_LOG_FORMAT (default text)"),
+    ("--log-level", "LEVEL", "KEEL_LOG_LEVEL: DEBUG, INFO, WARNING (default), ERROR"),
+)
+
+
+def add_parser(sub: flags.Subparsers) -> None:
+    """``keel worker`` and ``keel dev``, on the ``keel`` parser's subparsers."""
+    worker = sub.add_parser(
+        "worker",
+        help="run a worker for an existing Temporal",
+        description="Run a worker until SIGTERM or Ctrl-C. Each flag overrides the "
+        "environment variable named in its help; see docs/deployment.md.",
+    )
+    worker.add_argument("--tools", help="tool modules, comma separated")
+    flags.mcp_flag(worker)
+    worker.add_argument("--task-queue", help="task queue (default: KEEL_TASK_QUEUE or keel)")
+    for flag, meta, text in _WORKER_SETTINGS:
+        worker.add_argument(flag, metavar=meta, help=text)
+    worker.add_argument(
+        "--tls", action="store_true", help="use TLS with the system's roots (TEMPORAL_TLS=true)"
+    )
+    worker.set_defaults(handler=cmd_worker)
+
+    dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
+    dev.add_argument("--tools", help="tool modules, comma separated")
+    flags.mcp_flag(dev)
+    dev.add_argument("--port", type=int, default=7233, help="Temporal port (default 7233)")
+    dev.add_argument(
+        "--ui-port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port of Keel's web page on 127.0.0.1 (default {DEFAULT_PORT}; see docs/ui.md)",
+    )
+    dev.set_defaults(handler=cmd_dev)

@@ -1,7 +1,8 @@
 """The ``keel`` commands that act on a turn and wait for it.
 
-``run``, ``approve``/``deny``, ``respond``, ``cancel``, ``steer``; each a coroutine
-``(args, settings) -> exit code``.
+``run``, ``wait``, ``approve``/``deny``, ``respond``, ``cancel``, ``steer`` (and ``keygen``,
+for signed decisions); each a coroutine ``(args, settings) -> exit code``. ``add_parser``
+adds their parsers to ``keel``'s.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import uuid
 from typing import TextIO
 
+from keel.worker.cli import flags
 from keel.worker.cli.console import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -29,6 +31,7 @@ from keel.worker.cli.console import (
 from keel.worker.cli.follow import Follower
 from keel.worker.cli.run_inputs import (
     UsageError,
+    add_session_flags,
     agent_modules,
     check_model,
     check_start_size,
@@ -298,3 +301,95 @@ async def _finish_turn(
                 refused.add(interrupt.id)
         record = await follower.turn_settled(turn_id)
     return print_turn(session, record, args.json)
+
+
+def add_parser(sub: flags.Subparsers) -> None:
+    """The turn commands, on the ``keel`` parser's subparsers.
+
+    ``run``, ``wait``, ``approve``, ``deny``, ``respond``, ``keygen``, ``steer``, ``cancel``.
+    """
+    _add_run(sub)
+    _add_wait(sub)
+    _add_decisions(sub)
+    _add_keygen(sub)
+    _add_guidance(sub)
+
+
+def _add_run(sub: flags.Subparsers) -> None:
+    run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
+    run.add_argument("prompt", nargs="+", help="the prompt text")
+    run.add_argument("--session", type=flags.session_id, help="session id (default: a new one)")
+    add_session_flags(run)
+    flags.mcp_flag(run)
+    run.add_argument("--messages", help="JSON file of history to import into a new session")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="send the prompt and return at once, printing the session id (`keel wait` "
+        "follows it later); needs a Temporal that outlives the command (`keel dev`)",
+    )
+    flags.waiting_flags(run)
+    run.set_defaults(handler=cmd_run)
+
+
+def _add_wait(sub: flags.Subparsers) -> None:
+    wait = sub.add_parser(
+        "wait",
+        help="wait for a session's latest turn and print it like run",
+        description="Wait until the session's latest turn ends or needs a person, then print "
+        "what `keel run` would have printed, with the same exit codes; 124 on --timeout.",
+    )
+    wait.add_argument("session", type=flags.session_id)
+    wait.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up after this long (exit 124)"
+    )
+    flags.waiting_flags(wait)
+    wait.set_defaults(handler=cmd_wait)
+
+
+def _add_decisions(sub: flags.Subparsers) -> None:
+    """``keel approve``, ``deny`` and ``respond``."""
+    for name, decision in (("approve", "approve"), ("deny", "deny")):
+        cmd = sub.add_parser(name, help=f"{name} a pending interrupt, then wait like run")
+        cmd.add_argument("session", type=flags.session_id)
+        cmd.add_argument("id", help="the interrupt id (see keel pending)")
+        cmd.add_argument("--reason", help="why; the model sees it when denied")
+        cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+        flags.key_flag(cmd)
+        flags.waiting_flags(cmd)
+        cmd.set_defaults(handler=cmd_decide, decision=decision)
+
+    answer = sub.add_parser("respond", help="answer a tool's question, then wait like run")
+    answer.add_argument("session", type=flags.session_id)
+    answer.add_argument("id", help="the question's interrupt id (see keel pending)")
+    answer.add_argument("value", help="the answer: JSON if it parses as JSON, else text")
+    answer.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+    flags.key_flag(answer)
+    flags.waiting_flags(answer)
+    answer.set_defaults(handler=cmd_respond)
+
+
+def _add_keygen(sub: flags.Subparsers) -> None:
+    keygen = sub.add_parser(
+        "keygen",
+        help="make an approver key pair; prints the public key last",
+        description="Write an Ed25519 private key (PEM, mode 0600) and print its public key, "
+        "for `keel run --approver-key NAME=PUBLIC_KEY`.",
+    )
+    keygen.add_argument("name", help="the approver's name")
+    keygen.add_argument("--out", metavar="FILE", help="where to write it (default: NAME.key)")
+    keygen.set_defaults(handler=cmd_keygen)
+
+
+def _add_guidance(sub: flags.Subparsers) -> None:
+    """``keel steer`` and ``cancel``: what changes the running turn."""
+    steer = sub.add_parser("steer", help="add guidance to the turn in progress")
+    steer.add_argument("session", type=flags.session_id)
+    steer.add_argument("text", nargs="+")
+    steer.set_defaults(handler=cmd_steer)
+
+    cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
+    cancel.add_argument("session", type=flags.session_id)
+    cancel.add_argument("--reason", default="cancelled by user")
+    flags.waiting_flags(cancel)
+    cancel.set_defaults(handler=cmd_cancel)

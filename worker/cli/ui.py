@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from temporalio.client import Client
 
 from keel.activities.store import open_store
+from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
 from keel.worker.cli.session_access import QUERY_TIMEOUT_S
 from keel.worker.client.keel_client import KeelClient
@@ -19,7 +20,7 @@ from keel.worker.server.connection import connect_configured
 from keel.worker.settings import Settings
 from keel.worker.signing import ApproverKey
 from keel.worker.ui.app import create_app
-from keel.worker.ui.serving import check_bind, ui_running
+from keel.worker.ui.serving import DEFAULT_HOST, DEFAULT_PORT, check_bind, ui_running
 from keel.worker.ui.source import KeelSource, Signer, TemporalDown
 
 TOKEN_ENV = "KEEL_UI_TOKEN"
@@ -102,3 +103,22 @@ async def until_signalled() -> None:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+
+
+def add_parser(sub: flags.Subparsers) -> None:
+    """``keel ui``, on the ``keel`` parser's subparsers."""
+    ui = sub.add_parser(
+        "ui",
+        help="serve the web page for approvals: sessions, live progress, approve/deny/answer",
+        description="Serve Keel's web page for the Temporal of TEMPORAL_ADDRESS (same settings "
+        "as every command). With KEEL_UI_TOKEN set, every request needs it (Bearer, or "
+        "?token= once); without it, only loopback addresses are allowed. See docs/ui.md.",
+    )
+    ui.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}; others need KEEL_UI_TOKEN)",
+    )
+    ui.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    flags.key_flag(ui)
+    ui.set_defaults(handler=cmd_ui)
