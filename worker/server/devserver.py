@@ -317,10 +317,11 @@ class DevServer:
         cli = self._cli or find_temporal_cli()
         if cli is None:
             raise DevServerError(_NO_CLI_MESSAGE)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # first: a server of ours whose keel process died (SIGKILL) may still hold the port
+        await self._reap_orphan()
         if not _port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        await self._reap_orphan()
         command = self._command(cli)
         log_file = self.log_path.open("ab")
         log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
