@@ -39,6 +39,12 @@ EventType = Literal[
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
 InterruptKind = Literal["approval", "question"]
+# A turn's default bounds (SessionConfig): a model that keeps calling tools stops here.
+DEFAULT_MAX_CYCLES = 100
+DEFAULT_TURN_TOKENS = 2_000_000
+# How often a turn with an output schema that ended without a valid final_result is asked
+# again before it fails (stop reason ``no_output``).
+OUTPUT_REMINDERS = 2
 InterruptStatus = Literal["pending", "approved", "denied", "answered", "timed_out", "cancelled"]
 
 
@@ -118,7 +124,10 @@ class SessionConfig(KeelModel):
             it names (``keel.workflows.signing``); approvers without a key cannot decide.
         approval_timeout_s: deny an interrupt nobody decided within this many seconds.
         max_cycles_per_turn: end a turn (stop reason ``max_cycles``) before a model call
-            past this many.
+            past this many; default ``DEFAULT_MAX_CYCLES``, None for no limit.
+        max_turn_tokens: end a turn (stop reason ``token_budget``) before a model call once
+            the turn has used this many tokens (input and output, as the model reports them);
+            default ``DEFAULT_TURN_TOKENS``, None for no limit.
         max_session_tokens: end a turn (stop reason ``token_budget``) before a model call
             once the session has used this many tokens; later prompts are refused.
         context_messages: show the model only about the last this many messages (whole
@@ -149,7 +158,8 @@ class SessionConfig(KeelModel):
     approvers: list[str] = Field(default_factory=list)
     approver_keys: dict[str, str] = Field(default_factory=dict)
     approval_timeout_s: float | None = Field(default=None, gt=0)
-    max_cycles_per_turn: int | None = Field(default=None, gt=0)
+    max_cycles_per_turn: int | None = Field(default=DEFAULT_MAX_CYCLES, gt=0)
+    max_turn_tokens: int | None = Field(default=DEFAULT_TURN_TOKENS, gt=0)
     max_session_tokens: int | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     continue_as_new_events: int = Field(default=10_000, ge=20)
@@ -311,6 +321,7 @@ class TurnRecord(KeelModel):
         interrupts: the turn's interrupts that wait for a decision.
         output: the structured output (the input of the accepted ``final_result`` call) of
             a session with an ``output_schema``; None otherwise.
+        reminders: how often the model was told to call ``final_result`` in this turn.
     """
 
     turn_id: int
@@ -322,6 +333,7 @@ class TurnRecord(KeelModel):
     cycles: int = 0
     interrupts: list[Interrupt] = Field(default_factory=list)
     output: Any = None
+    reminders: int = 0
 
 
 class Event(KeelModel):

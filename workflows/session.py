@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
     from keel.workflows.contracts import (
+        OUTPUT_REMINDERS,
         Answer,
         CancelAck,
         CancelInput,
@@ -81,6 +82,12 @@ with workflow.unsafe.imports_passed_through():
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
+# Sessions whose structured-output turn ended without output before this completed anyway.
+OUTPUT_PATCH = "keel-output-required"
+OUTPUT_REMINDER = (
+    f"[Keel] This task is finished only by calling the tool {OUTPUT_TOOL} with input that "
+    "matches its schema. Call it now with your result."
+)
 
 
 class _TurnCancelled(Exception):
@@ -309,6 +316,11 @@ class AgentSession:
             error = f"turn reached its budget of {config.max_cycles_per_turn} model calls"
             self._ledger.end_turn(record, "failed", "max_cycles", error=error)
             return True
+        turn_used = record.usage.totalTokens
+        if config.max_turn_tokens is not None and turn_used >= config.max_turn_tokens:
+            error = f"turn used {turn_used} tokens of its budget of {config.max_turn_tokens}"
+            self._ledger.end_turn(record, "failed", "token_budget", error=error)
+            return True
         if config.max_session_tokens is not None and used >= config.max_session_tokens:
             error = f"session used {used} tokens of its budget of {config.max_session_tokens}"
             self._ledger.end_turn(record, "failed", "token_budget", error=error)
@@ -368,9 +380,29 @@ class AgentSession:
                 # guidance arrived during the last model call: the model must still see it
                 self._append_user(record, [])
                 return False
+            if self._config.output_schema is not None and workflow.patched(OUTPUT_PATCH):
+                return self._remind_of_output(record)
             ledger.end_turn(record, "completed", stop)
         else:
             ledger.end_turn(record, "failed", stop, error=f"model stopped with reason {stop!r}")
+        return True
+
+    def _remind_of_output(self, record: TurnRecord) -> bool:
+        """A turn that owes structured output ended without it: ask again, or fail.
+
+        The model is told to call ``final_result`` (a user message) at most
+        ``OUTPUT_REMINDERS`` times; then the turn fails with stop reason ``no_output``. A turn
+        with an output schema never completes with no output. True when the turn ended.
+        """
+        if record.reminders < OUTPUT_REMINDERS:
+            record.reminders += 1
+            self._append_user(record, [text_block(OUTPUT_REMINDER)])
+            return False
+        error = (
+            f"the model ended the turn {record.reminders + 1} times without a valid "
+            f"{OUTPUT_TOOL} call; this session's output schema asks for one"
+        )
+        self._ledger.end_turn(record, "failed", "no_output", error=error)
         return True
 
     async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:

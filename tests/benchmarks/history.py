@@ -62,7 +62,9 @@ async def loop_session(
     """
     store = open_store(str(workdir / "store"))
     queue = f"{name}-{uuid.uuid4().hex[:8]}"
-    config = SessionConfig(model=model, tool_modules=["tests.sample_tools"])
+    config = SessionConfig(
+        model=model, tool_modules=["tests.sample_tools"], max_cycles_per_turn=None
+    )
     async with build_worker(client, queue, ["tests.sample_tools"], store=store):
         session = f"{name}-{uuid.uuid4().hex[:6]}"
         yield LoopSession(KeelClient(client, queue, store), session, config)

@@ -408,7 +408,9 @@ class KeelSystem(System):
         from keel.workflows.messages import text_block
 
         start = SessionInput(
-            config=SessionConfig(model=self.model(cycles), tool_modules=[SAMPLE_TOOLS]),
+            config=SessionConfig(
+                model=self.model(cycles), tool_modules=[SAMPLE_TOOLS], max_cycles_per_turn=None
+            ),
             prompt=[text_block("loop")],
         )
         if hold:

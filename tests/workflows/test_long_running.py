@@ -50,7 +50,7 @@ def tool_loop(cycles: int, result_size: int = 2048) -> list[dict[str, Any]]:
 async def run_loop(
     keel: KeelClient, run_worker: RunWorker, script: Script, cycles: int
 ) -> dict[str, Any]:
-    config = script(tool_loop(cycles), continue_as_new_events=400)
+    config = script(tool_loop(cycles), continue_as_new_events=400, max_cycles_per_turn=None)
     session = sid()
     async with run_worker(max_cached_workflows=100):
         record = await keel.run(session, "loop", config=config, timeout_s=600)

@@ -188,5 +188,6 @@ async def test_the_plugin_is_the_one_worker_assembly(
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=10),
         plugins=[KeelPlugin([SAMPLE_TOOLS], store=store)],
     )
-    assert own.config(active_config=True).get("build_id") == "mine"
-    assert own.config(active_config=True).get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=10)
+    kept = own.config(active_config=True)
+    assert kept.get("build_id") == "mine"
+    assert kept.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=10)

@@ -107,13 +107,41 @@ async def test_never_valid_hits_the_budget(
     answered(state.messages)
 
 
-async def test_end_turn_without_final_result_has_no_output(
+async def test_prose_instead_of_final_result_fails_after_reminders(
+    keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
+) -> None:
+    """A model that answers in prose is told to call final_result; it never completes empty."""
+    config = script([respond(text(f"prose {i}")) for i in range(3)], output_schema=SCHEMA)
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "facts", config=config, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "failed" and record.stop_reason == "no_output", record
+    assert record.output is None and record.reminders == 2
+    assert "without a valid final_result call" in (record.error or "")
+    roles = [m.role for m in state.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    reminder = state.messages[2].content[0].text or ""
+    assert "final_result" in reminder
+    assert len([r for r in model_log() if r["session"] == session]) == 3
+
+
+async def test_a_reminder_brings_the_output(
     keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
-    config = script([respond(text("just text"))], output_schema=SCHEMA)
+    config = script(
+        [
+            respond(text("Lyon has about half a million people.")),
+            respond(
+                tool_use("f1", "final_result", city="Lyon", population=500000), stop="tool_use"
+            ),
+        ],
+        output_schema=SCHEMA,
+    )
     async with run_worker():
         record = await keel.run(sid(), "facts", config=config, timeout_s=30)
-    assert record.status == "completed" and record.output is None
+    assert record.status == "completed", record
+    assert record.output == {"city": "Lyon", "population": 500000} and record.reminders == 1
 
 
 async def test_invalid_schema_rejected_before_start(keel: KeelClient, script: Script) -> None:
