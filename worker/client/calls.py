@@ -109,6 +109,10 @@ def _cancelling() -> bool:
 
 # The message temporalio puts on a failure whose real message is encoded (encrypted).
 ENCODED_FAILURE = "Encoded failure"
+_KEY_MISMATCH = (
+    "its error is encrypted with a key this client does not have: the worker and this client "
+    "have different keys (KEEL_ENCRYPTION_KEY, KEEL_DECRYPTION_KEYS)"
+)
 
 
 async def call_session(session_id: str, call: Awaitable[T]) -> T:
@@ -299,10 +303,11 @@ class SessionCaller:
         try:
             error = await self.client.data_converter.decode_failure(last)
         except EncryptionKeyError:
-            return (
-                "its error is encrypted with a key this client does not have: the worker and "
-                "this client have different keys (KEEL_ENCRYPTION_KEY, KEEL_DECRYPTION_KEYS)"
-            )
+            return _KEY_MISMATCH
+        # The codec passes a payload it cannot open through (keel.worker.encryption), and
+        # temporalio then keeps the placeholder message: the error is still sealed.
+        if getattr(error, "message", None) == ENCODED_FAILURE:
+            return _KEY_MISMATCH
         return str(error)
 
     async def _notices(self, session_id: str) -> None:
