@@ -139,7 +139,7 @@ def test_command_2_installs_the_test_tools_on_a_fresh_clone(tmp_path: Path) -> N
     assert code == 0, f"exit {code}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
     some = (
         "tests/test_readme.py::test_ci_runs_the_readme_test_command "
-        "tests/worker/test_cli_newcomer.py::test_unknown_model_spec"
+        "tests/worker/cli/test_cli_newcomer.py::test_unknown_model_spec"
     )
     code, out, err = sh(f"{test} -p no:cacheprovider {some}", clone, env, timeout=300)
     assert code == 0, f"exit {code}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"

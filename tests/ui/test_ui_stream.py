@@ -4,7 +4,7 @@ Real boto3 streams from the fake Bedrock at a fixed rate through a real worker, 
 endpoint the page's server reads (``SessionReader.model_text``): the browser shows every
 character, in order. For the heartbeat fallback, a stand-in model activity heartbeats text
 the test sets, advertises no endpoint and never answers (as in
-``tests/worker/test_cli_stream.py``), so what the page shows is deterministic.
+``tests/worker/cli/test_cli_stream.py``), so what the page shows is deterministic.
 """
 
 from __future__ import annotations

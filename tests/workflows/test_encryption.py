@@ -1,6 +1,6 @@
 """Encryption at rest (KEEL_ENCRYPTION_KEY): key rotation mid-session, and the wrong key.
 
-The canary test through the CLI is in ``tests/worker/test_cli_encryption.py``.
+The canary test through the CLI is in ``tests/worker/cli/test_cli_encryption.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.helpers.cli import keel
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
-from tests.worker.test_cli_watch import Terminal
+from tests.worker.cli.test_cli_watch import Terminal
 
 
 def question_script(tmp_path: Path) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.helpers.cli import keel
 from tests.helpers.scripts import SAMPLE_TOOLS
-from tests.worker.test_cli import approval_script
+from tests.worker.cli.test_cli import approval_script
 
 
 def test_keygen_then_only_the_right_key_approves(

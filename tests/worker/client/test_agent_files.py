@@ -120,7 +120,7 @@ def test_notify_urls_from_the_file(tmp_path: Path) -> None:
 
 
 def test_the_jobs_page_agent_file_loads() -> None:
-    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "nightly.toml"
+    example = Path(__file__).resolve().parents[3] / "docs" / "examples" / "nightly.toml"
     config = load_agent_file(example).config
     assert config.model.endswith("activities/examples/approval.json")
     assert config.tool_modules == ["keel.activities.examples.workspace"] and config.notify == []

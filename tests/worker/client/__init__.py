@@ -1,0 +1,1 @@
+"""Tests of the Python client API (``keel.worker.client``): KeelClient, its parts, agent files."""
