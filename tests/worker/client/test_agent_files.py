@@ -146,14 +146,17 @@ def test_keel_run_agent_file_and_flag_override(tmp_path: Path) -> None:
     out = keel("run", "--agent", str(path), "--json", "count", env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["output"] == {"n": 3}
-    # a flag overrides the file: this model has no final_result call, so no output
-    other = write_script(tmp_path / "o.json", [respond(text("plain"))])
+    # a flag overrides the file: this model gives another result
+    other = write_script(
+        tmp_path / "o.json",
+        [respond(text("seven"), tool_use("f1", "final_result", n=7), stop="tool_use")],
+    )
     out = keel(
         "run", "--agent", str(path), "--model", other, "--json", "count", env=env, cwd=tmp_path
     )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["output"] is None
-    assert json.loads(out.stdout)["message"]["content"][0]["text"] == "plain"
+    assert json.loads(out.stdout)["output"] == {"n": 7}
+    assert json.loads(out.stdout)["message"]["content"][0]["text"] == "seven"
 
 
 def test_keel_run_bad_agent_file_exits_2(tmp_path: Path) -> None:
