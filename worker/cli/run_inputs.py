@@ -49,6 +49,7 @@ _FLAGS = {
     "approvers": "--approvers",
     "approval_timeout_s": "--approval-timeout",
     "max_cycles_per_turn": "--max-cycles",
+    "max_turn_tokens": "--turn-token-budget",
     "max_session_tokens": "--token-budget",
     "output_schema": "--output-schema",
     "notify": "--notify",
@@ -77,7 +78,15 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
     )
-    cmd.add_argument("--max-cycles", type=int, metavar="N", help="model calls allowed per turn")
+    cmd.add_argument(
+        "--max-cycles", type=int, metavar="N", help="model calls allowed per turn (default 100)"
+    )
+    cmd.add_argument(
+        "--turn-token-budget",
+        type=int,
+        metavar="N",
+        help="tokens allowed per turn (default 2,000,000)",
+    )
     cmd.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
     cmd.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
     cmd.add_argument(
@@ -230,6 +239,7 @@ def new_session_config(
         "approvers": tool_modules(args.approvers) if args.approvers is not None else None,
         "approval_timeout_s": args.approval_timeout,
         "max_cycles_per_turn": args.max_cycles,
+        "max_turn_tokens": args.turn_token_budget,
         "max_session_tokens": args.token_budget,
         "output_schema": read_output_schema(args.output_schema),
         "approver_keys": approver_keys(args.approver_key) if args.approver_key else None,

@@ -3,7 +3,8 @@
 ``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
-    token_budget, context_messages, output_schema, notify, [agents.NAME] (+ description)
+    turn_token_budget, token_budget, context_messages, output_schema, notify,
+    [agents.NAME] (+ description)
 
 A problem is an ``AgentFileError`` naming the file, the line and the key (``tomllib`` gives no
 line numbers for keys, so the key's line is found by scanning the file's text).
@@ -46,6 +47,7 @@ class _AgentTable(BaseModel):
     approvers: list[str] | None = None
     approval_timeout_s: float | None = Field(default=None, gt=0)
     max_cycles: int | None = Field(default=None, gt=0)
+    turn_token_budget: int | None = Field(default=None, gt=0)
     token_budget: int | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
@@ -150,10 +152,15 @@ class _Reader:
             "approvers": table.approvers or [],
             "approval_timeout_s": table.approval_timeout_s,
             "max_cycles_per_turn": table.max_cycles,
+            "max_turn_tokens": table.turn_token_budget,
             "max_session_tokens": table.token_budget,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
         }
+        # a bound the file does not set keeps SessionConfig's default (None would lift it)
+        for bound in ("max_cycles_per_turn", "max_turn_tokens"):
+            if settings[bound] is None:
+                del settings[bound]
         if table.output_schema is not None:
             settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))
         return SessionConfig(**settings)

@@ -268,3 +268,24 @@ def test_embedded_approval_across_processes(tmp_path: Path) -> None:
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["message"]["content"] == [{"text": "finished"}]
     assert target.read_text() == "approved\n"
+
+
+def test_turn_token_budget_flag_ends_the_turn(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    model = write_script(
+        tmp_path / "loop.json",
+        [
+            respond(tool_use(f"e{i}", "echo", text="x"), stop="tool_use", tokens=30)
+            for i in range(3)
+        ],
+    )
+    session = f"ttb-{uuid.uuid4().hex[:8]}"
+    done = keel(
+        "run", "--json", "--session", session, "--model", model, "--tools", SAMPLE_TOOLS,
+        "--turn-token-budget", "50", "loop", env=server_env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result["stop_reason"] == "token_budget"
+    assert "60 tokens of its budget of 50" in result["error"]

@@ -215,3 +215,17 @@ def test_keel_run_sub_agent_approved_through_the_parent(tmp_path: Path) -> None:
     child = keel("show", "parent/helper-h1", "--json", env=env, cwd=tmp_path)
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout)["messages"][0]["content"][0]["text"] == "record it"
+
+
+def test_turn_bounds_from_the_file_and_their_defaults(tmp_path: Path) -> None:
+    bounded = load_agent_file(
+        write(tmp_path, 'model = "scripted:x"\nmax_cycles = 7\nturn_token_budget = 900\n')
+    )
+    assert bounded.config.max_cycles_per_turn == 7
+    assert bounded.config.max_turn_tokens == 900
+    plain = load_agent_file(
+        write(tmp_path, 'model = "scripted:x"\n[agents.helper]\ndescription = "d"\n')
+    )
+    assert plain.config.max_cycles_per_turn == 100  # the defaults, not "no limit"
+    assert plain.config.max_turn_tokens == 2_000_000
+    assert plain.agents["helper"].config.max_cycles_per_turn == 100
