@@ -69,6 +69,8 @@ def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
         print(f"  id:    {interrupt.id}")
         print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
+        if interrupt.note:  # a sub-agent's session refused the last decision given here
+            print(f"  note:  {interrupt.note}")
         for line in decide_commands(session, interrupt):
             print(f"  {line}")
 
