@@ -45,9 +45,11 @@ TOOL_PROMPTS = (
     "Use get_weather to get the weather in London.",
     "Call the get_weather tool for Berlin.",
 )
-# Greedy decoding ends this one by itself (finish reason stop) after about 150 tokens: long
-# enough to kill something while it streams, short enough to finish.
+# Greedy decoding ends these by themselves (finish reason stop), after about 150 and 390
+# tokens (1.3 and 3 s on 2 idle cores): the longer one leaves time to kill something while
+# it streams, even on a loaded machine, and still finishes.
 LONG_PROMPT = "List the numbers from 1 to 40, separated by commas."
+LONGER_PROMPT = "List the numbers from 1 to 100, separated by commas."
 CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
@@ -349,14 +351,14 @@ async def test_a_worker_killed_mid_call_and_the_turn_still_completes(
 ) -> None:
     first = lane_worker(real_model.base_url)
     session = sid("sigkill")
-    await keel.prompt(session, LONG_PROMPT, config=config(max_tokens=200))
+    await keel.prompt(session, LONGER_PROMPT, config=config(max_tokens=480))
     chunk = await first_text(keel, session)
     first.kill()  # SIGKILL while the model call streams
     assert chunk.attempt == 1
     lane_worker(real_model.base_url)  # another worker picks the call up
     record = await keel.wait_turn(session, 1, timeout_s=90)
     assert record.status == "completed" and record.stop_reason == "end_turn", record
-    assert "40" in text_of(record.message)
+    assert "99, 100" in text_of(record.message)
     [run] = await activity_runs(client, session, MODEL_ACTIVITY)
     assert run["attempt"] >= 2  # the call was retried on the second worker
     state = await keel.state(session)
@@ -368,13 +370,13 @@ async def test_the_server_killed_mid_stream(
 ) -> None:
     worker = lane_worker(real_model.base_url)
     session = sid("server-kill")
-    await keel.prompt(session, LONG_PROMPT, config=config(max_tokens=200))
+    await keel.prompt(session, LONGER_PROMPT, config=config(max_tokens=480))
     await first_text(keel, session)
     real_model.kill()  # SIGKILL: the stream breaks off, then the port refuses connections
     await asyncio.to_thread(real_model.restart)  # Temporal retries the call meanwhile
     record = await keel.wait_turn(session, 1, timeout_s=120)
     assert record.status == "completed" and record.stop_reason == "end_turn", record
-    assert "40" in text_of(record.message)
+    assert "99, 100" in text_of(record.message)
     [run] = await activity_runs(client, session, MODEL_ACTIVITY)
     assert run["attempt"] >= 2
     # each failed attempt: one line in the worker's log, no traceback, never "will retry"
