@@ -440,6 +440,8 @@ class OpenAIProvider:
                 raise failure
             chunks += 1
             on_delta(assembler.add(chunk))
+        if self._connections.aborted:  # the stream "ended" because abort() shut it
+            raise self._transient("request aborted: the model call was cancelled")
         if chunks == 0 and tools:
             raise _NoStreamingWithTools("a streamed request with tools got an empty stream")
         if assembler.finish_reason is None:

@@ -683,6 +683,18 @@ def test_abort_closes_a_long_unstreamed_request_at_once(openai: FakeOpenAIServer
     assert openai.disconnects[0].at - aborted_at < 2
 
 
+def test_abort_of_a_streamed_request_with_tools_is_no_fallback(openai: FakeOpenAIServer) -> None:
+    # shut before any event arrived: that empty stream says nothing about the server
+    openai.enqueue(Reply(text="late", delay_s=60), Reply(text="never asked for"))
+    provider = OpenAIProvider("llama-test")
+    timer = threading.Timer(0.5, provider.abort)
+    timer.start()
+    with pytest.raises(OpenAITransientError, match="cancelled"):
+        provider.converse(request(tools=[ADD]), Deltas())
+    timer.join()
+    assert len(openai.requests) == 1 and openai_module._UNSTREAMED_TOOLS == set()
+
+
 def test_abort_before_the_request_ends_it_when_it_connects(openai: FakeOpenAIServer) -> None:
     openai.enqueue(Reply(text="late", delay_s=60))
     provider = OpenAIProvider("llama-test?stream=false")

@@ -19,9 +19,9 @@ A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 (a free port) in a background thre
 * ``EmptyStream``: a 200 event stream that ends without a single event, as llama-cpp-python
   answers a streamed request with tools it cannot stream.
 
-``Reply(delay_s=...)`` waits that long before answering (before the body, or before the first
-event of a stream), watching the connection: a client that goes away meanwhile is recorded in
-``disconnects`` (the request's index and when) and gets no answer.
+``Reply(delay_s=...)`` waits that long before answering (before the body; for a stream, after
+its headers and before its first event), watching the connection: a client that goes away
+meanwhile is recorded in ``disconnects`` (the request's index and when) and gets no more.
 
 Every request is recorded (path, lower-cased headers, JSON body) before it is answered. When
 the queue is empty the server answers HTTP 400, so a test that under-scripts fails fast
@@ -231,9 +231,13 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         index, outcome = self.fake._take(RecordedRequest(self.path, headers, body))
         self.close_connection = True
-        if isinstance(outcome, Reply) and outcome.delay_s > 0 and not self._wait(outcome.delay_s):
-            self.fake._disconnected(index)
-            return
+        streamed = isinstance(outcome, Reply) and body.get("stream") and not outcome.as_json
+        if isinstance(outcome, Reply) and outcome.delay_s > 0:
+            if streamed:
+                self._start_stream()  # the headers now, the events after the delay
+            if not self._wait(outcome.delay_s):
+                self.fake._disconnected(index)
+                return
         if self.path != CHAT_PATH:
             self._error(404, f"404 page not found: {self.path}", "not_found")
         elif outcome is None:
@@ -247,8 +251,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(outcome, EmptyStream):
             self._start_stream()
             self._end_stream()
-        elif body.get("stream") and not outcome.as_json:
-            self._stream(body, outcome)
+        elif streamed:
+            self._stream(body, outcome, started=outcome.delay_s > 0)
         else:
             self._json(200, _completion(body, outcome))
 
@@ -297,9 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+    def _stream(self, body: dict[str, Any], reply: Reply, *, started: bool = False) -> None:
         chunks = _stream_chunks(body, reply)
-        self._start_stream()
+        if not started:
+            self._start_stream()
         if reply.cut_after is not None:
             for chunk in chunks[: reply.cut_after]:
                 self._send_event(json.dumps(chunk))
