@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
-from keel.worker.cli.run_inputs import UsageError
-from keel.worker.codec_server import DEFAULT_ORIGINS, serve_codec
-from keel.worker.settings import Settings
+
+if TYPE_CHECKING:  # what the command runs is imported when it runs: `keel --help` stays light
+    from keel.worker.settings import Settings
 
 
 async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -19,6 +20,9 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
         UsageError: no keys (``KEEL_ENCRYPTION_KEY``) or no ``KEEL_CODEC_TOKEN``.
         ConfigError: a malformed key.
     """
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.codec_server import DEFAULT_ORIGINS, serve_codec
+
     keyring = settings.keyring()
     if keyring is None:
         raise UsageError("keel codec-server needs KEEL_ENCRYPTION_KEY (or KEEL_DECRYPTION_KEYS)")

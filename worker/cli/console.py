@@ -6,19 +6,19 @@ Exit codes: 0 completed, 3 waiting for a human, 1 failed, 2 invalid input or rej
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from keel.worker.client.reading import SessionSummary
 from keel.worker.shell import command
-from keel.workflows.contracts import Interrupt, SessionState, TurnRecord
-from keel.workflows.cycle import text_of
+
+if TYPE_CHECKING:  # imported by the commands that print them: `keel --help` stays light
+    from keel.worker.client.reading import SessionSummary
+    from keel.workflows.contracts import Interrupt, SessionState, TurnRecord
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -26,6 +26,11 @@ EXIT_INVALID = 2
 EXIT_WAITING = 3
 # ``keel wait --timeout`` ran out, as timeout(1) says it
 EXIT_TIMEOUT = 124
+# ``keel``'s output went to a reader that stopped reading (``keel sessions | head -2``), as a
+# process killed by SIGPIPE exits
+EXIT_PIPE = 141
+# What ``keel run`` prints for a completed turn whose answer has no text.
+EMPTY_REPLY = "(the model's reply was empty)"
 STATUS_EXIT = {"completed": EXIT_OK, "awaiting_human": EXIT_WAITING}
 # The CLI contract names a turn that waits for a person ``interrupted``.
 CONTRACT_STATUS = {"awaiting_human": "interrupted"}
@@ -87,12 +92,16 @@ def decide_commands(session: str, interrupt: Interrupt) -> list[str]:
 
 def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
     """Print a turn result; returns the exit code."""
+    from keel.workflows.cycle import text_of
+
     if as_json:
         print(json.dumps(turn_json(session, record)))
     else:
         answer = text_of(record.message)
         if answer and record.status != "awaiting_human":
             print(answer)
+        elif record.status == "completed" and record.output is None:
+            print(EMPTY_REPLY)
         print_interrupts(session, record.interrupts)
         if record.status not in ("completed", "awaiting_human"):
             print(
@@ -222,6 +231,8 @@ async def ask(question: str) -> str | None:
     The line is read in a daemon thread, so the event loop (and an in-process worker)
     keeps running while the person thinks.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[str | None] = loop.create_future()
 

@@ -3,8 +3,12 @@
 Each command module adds its commands through its ``add_parser(subparsers)``; ``keel``'s
 ``build_parser`` (``main.py``) assembles them. ``session_id`` checks a SESSION argument;
 ``waiting_flags``, ``mcp_flag`` and ``key_flag`` add the flags of the commands that wait
-like ``keel run``, that start a worker, or that sign. ``run_inputs.add_session_flags`` adds
-the flags of a new session.
+like ``keel run``, that start a worker, or that sign; ``add_session_flags`` the flags of a
+new session.
+
+Building the parser imports nothing heavy (no Temporal, worker, model providers, MCP):
+``keel --help``, ``keel --version`` and a mistyped flag answer at once. What a command needs
+is imported by the function that runs it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Print ``<prog>: <message> (see `<prog> --help`)`` on stderr and exit 2."""
         self.exit(EXIT_INVALID, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+# Where Keel's web page listens by default (``keel ui``, ``keel dev``): the values of
+# ``keel.worker.ui.serving``, which imports the web server.
+UI_HOST = "127.0.0.1"
+UI_PORT = 8234
 
 
 # What ``Parser.add_subparsers`` returns: each command module's ``add_parser(subparsers)``
@@ -70,4 +80,49 @@ def key_flag(cmd: argparse.ArgumentParser) -> None:
         "--key",
         metavar="FILE",
         help="sign with this private key (from `keel keygen`; default: KEEL_APPROVER_KEY)",
+    )
+
+
+def add_session_flags(cmd: argparse.ArgumentParser) -> None:
+    """The flags of a new session's settings: ``keel run``'s, and ``keel schedule create``'s."""
+    cmd.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
+    cmd.add_argument("--system", help="system prompt for a new session")
+    cmd.add_argument("--tools", help="tool modules and mcp:NAME sources, comma separated")
+    cmd.add_argument(
+        "--require-approval",
+        metavar="TOOL[,TOOL]",
+        help="tools that need approval in a new session",
+    )
+    cmd.add_argument("--approvers", metavar="ID[,ID]", help="who may decide (default: anyone)")
+    cmd.add_argument(
+        "--approver-key",
+        action="append",
+        default=[],
+        metavar="NAME=PUBLIC_KEY",
+        help="a new session accepts only decisions signed by these approvers' keys "
+        "(repeatable; PUBLIC_KEY as `keel keygen` prints it)",
+    )
+    cmd.add_argument(
+        "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
+    )
+    cmd.add_argument(
+        "--max-cycles", type=int, metavar="N", help="model calls allowed per turn (default 100)"
+    )
+    cmd.add_argument(
+        "--turn-token-budget",
+        type=int,
+        metavar="N",
+        help="tokens allowed per turn (default 2,000,000)",
+    )
+    cmd.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
+    cmd.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
+    cmd.add_argument(
+        "--output-schema", metavar="FILE", help="JSON Schema file of the turn's structured output"
+    )
+    cmd.add_argument(
+        "--notify",
+        action="append",
+        metavar="URL",
+        help="POST a JSON event to URL when an interrupt opens and when a turn ends "
+        "(repeatable; replaces the agent file's notify)",
     )

@@ -7,17 +7,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager, suppress
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from temporalio.worker import Worker
-
-from keel.activities.store import open_store
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
     EXIT_OK,
@@ -29,21 +25,20 @@ from keel.worker.cli.console import (
     sessions_json,
     show_json,
 )
-from keel.worker.cli.follow import Follower, tokens_text
-from keel.worker.cli.run_inputs import UsageError
-from keel.worker.cli.session_access import existing_session
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.server.connection import TemporalConnection, open_connection
-from keel.worker.settings import Settings
-from keel.workflows.contracts import SessionState
-from keel.workflows.session import AgentSession
+
+if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from keel.worker.server.connection import TemporalConnection
+    from keel.worker.settings import Settings
+    from keel.workflows.contracts import SessionState
 
 T = TypeVar("T")
 
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
+    from keel.worker.cli.follow import tokens_text
+    from keel.worker.cli.session_access import existing_session
+
     async with existing_session(
         settings, args.session, writes=False, wait_for_worker=False
     ) as keel:
@@ -79,6 +74,8 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     """``keel pending``: the interrupts a session waits on, and its running tools."""
+    from keel.worker.cli.session_access import existing_session
+
     async with existing_session(
         settings, args.session, writes=False, wait_for_worker=False
     ) as keel:
@@ -101,6 +98,9 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     Runs until Ctrl-C or the session closes (exit 0); with ``--until-idle``, until no turn
     runs or is queued (exit 0) or a turn waits for a human (exit 3).
     """
+    from keel.worker.cli.follow import Follower
+    from keel.worker.cli.session_access import existing_session
+
     waiting = False
 
     def idle(state: SessionState) -> bool:
@@ -128,6 +128,11 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
 @asynccontextmanager
 async def _query_worker(connection: TemporalConnection) -> AsyncIterator[None]:
     """With an embedded server, a worker that answers queries (workflows only, no tools)."""
+    from temporalio.worker import Worker
+
+    from keel.worker.process.sandbox import sandbox_runner
+    from keel.workflows.session import AgentSession
+
     if not connection.embedded:
         yield
         return
@@ -143,6 +148,11 @@ async def _query_worker(connection: TemporalConnection) -> AsyncIterator[None]:
 
 async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     """``keel sessions``: the sessions on this task queue, newest first."""
+    from keel.activities.store import open_store
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.client.keel_client import KeelClient
+    from keel.worker.server.connection import open_connection
+
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
     async with open_connection(settings) as connection, _query_worker(connection):
@@ -159,6 +169,8 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _until_ctrl_c(work: Coroutine[Any, Any, T]) -> T | None:
     """Run ``work`` until it returns or the user presses Ctrl-C (then None)."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     pressed = asyncio.Event()
     previous = signal.getsignal(signal.SIGINT)

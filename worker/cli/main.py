@@ -8,37 +8,24 @@ a traceback; ``-v`` adds the traceback of an unexpected one, and the rest of a l
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from temporalio.exceptions import TemporalError
-from temporalio.service import RPCError, RPCStatusCode
-
-from keel.activities.mcp import McpConfigError, McpServerError
-from keel.activities.store import EncryptionKeyError, StoreError
-from keel.activities.tools import ToolModuleError
+import keel
 from keel.worker.cli import codec, inspect, schedules, serving, turns, ui
-from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID
+from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID, EXIT_PIPE
 from keel.worker.cli.flags import Parser, Subparsers
-from keel.worker.cli.run_inputs import UsageError
-from keel.worker.cli.session_access import START_A_WORKER
-from keel.worker.client.errors import (
-    NoWorker,
-    RequestRejected,
-    ScheduleNotFound,
-    SessionNotFound,
-)
-from keel.worker.server.connection import TemporalUnreachable
-from keel.worker.server.devserver import DevServerError
-from keel.worker.settings import ConfigError, Settings
-from keel.worker.signing import ApproverKeyError
-from keel.worker.ui.serving import UiBindError
+
+if TYPE_CHECKING:
+    from temporalio.service import RPCError
+
+    from keel.worker.settings import Settings
 
 # The command modules, each adding its commands' parsers, in the order ``keel --help`` lists them.
+# Building the parser imports none of what the commands run (Temporal, the worker, the model
+# providers): each command imports that when it runs.
 _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     turns.add_parser,
     inspect.add_parser,
@@ -47,27 +34,48 @@ _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     ui.add_parser,
     codec.add_parser,
 )
-# Failures of the request itself: exit 2 with the reason.
-_INVALID = (
-    UsageError,
-    ConfigError,
-    RequestRejected,
-    SessionNotFound,
-    ScheduleNotFound,
-    ToolModuleError,
-    McpConfigError,
-    McpServerError,
-    ApproverKeyError,
-    UiBindError,
-)
-# Failures of what the command needs (Temporal, a worker, the store): exit 1.
-_FAILED = (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
+Failures = tuple[type[BaseException], ...]
+
+
+def _failures() -> tuple[Failures, Failures]:
+    """The errors that exit 2 (the request itself) and those that exit 1 (what it needs).
+
+    2: the request, with the reason; 1: Temporal, a worker or the store. Imported once a
+    command runs, not to build the parser.
+    """
+    from keel.activities.mcp import McpConfigError, McpServerError
+    from keel.activities.store import EncryptionKeyError, StoreError
+    from keel.activities.tools import ToolModuleError
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.client.errors import RequestRejected, ScheduleNotFound, SessionNotFound
+    from keel.worker.server.connection import TemporalUnreachable
+    from keel.worker.server.devserver import DevServerError
+    from keel.worker.settings import ConfigError
+    from keel.worker.signing import ApproverKeyError
+    from keel.worker.ui.serving import UiBindError
+
+    invalid: Failures = (
+        UsageError,
+        ConfigError,
+        RequestRejected,
+        SessionNotFound,
+        ScheduleNotFound,
+        ToolModuleError,
+        McpConfigError,
+        McpServerError,
+        ApproverKeyError,
+        UiBindError,
+    )
+    return invalid, (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every ``keel`` command: each command module adds its own."""
     parser = Parser(prog="keel", description="Durable LLM agents on Temporal.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    parser.add_argument(
+        "--version", action="version", version=f"keel {keel.__version__}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for add_parser in _COMMANDS:
         add_parser(sub)
@@ -81,20 +89,32 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     undecodable = _undecodable(parser, args)
     if undecodable is not None:
         return _fail(EXIT_INVALID, undecodable, verbose=args.verbose)
+    import asyncio
+    import logging
+    import traceback
+
+    from temporalio.exceptions import TemporalError
+    from temporalio.service import RPCError
+
+    from keel.worker.cli.session_access import START_A_WORKER
+    from keel.worker.client.errors import NoWorker
+    from keel.worker.settings import Settings
+
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    invalid, failed = _failures()
     settings = Settings.from_env()
     try:
         code: int = asyncio.run(args.handler(args, settings))
         return code
-    except _INVALID as err:
+    except invalid as err:
         return _fail(EXIT_INVALID, str(err), verbose=args.verbose)
     except NoWorker as err:
         return _fail(EXIT_FAILED, f"{err}; {START_A_WORKER}", verbose=args.verbose)
-    except _FAILED as err:
+    except failed as err:
         return _fail(EXIT_FAILED, str(err), verbose=args.verbose)
     except RPCError as err:
         return _fail(EXIT_FAILED, _rpc_failure(err, settings), verbose=args.verbose)
@@ -103,6 +123,8 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # a bug: still one line, the traceback with -v
+        if isinstance(err, BrokenPipeError) and _stdout_closed():
+            raise  # nobody reads the output any more: main ends quietly
         if args.verbose:
             traceback.print_exc()
         return _fail(
@@ -110,6 +132,27 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             f"unexpected error: {type(err).__name__}: {err} (run `keel -v ...` for details)",
             verbose=args.verbose,
         )
+
+
+def _stdout_closed() -> bool:
+    """Whether whoever read ``keel``'s output has stopped reading (a broken pipe).
+
+    Flushes what is left; a pipe whose reader has gone polls as an error (Linux, BSD).
+    """
+    import select
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a file, or no poll() here
+        return False
 
 
 def _undecodable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
@@ -163,6 +206,8 @@ def _fail(code: int, message: str, *, verbose: bool) -> int:
 
 def _rpc_failure(err: RPCError, settings: Settings) -> str:
     """What a Temporal error that Keel does not expect means, in words."""
+    from temporalio.service import RPCStatusCode
+
     if err.status == RPCStatusCode.UNAVAILABLE:
         where = settings.address or "the Temporal server"
         return f"lost the connection to Temporal at {where}: {err.message}"
@@ -176,9 +221,19 @@ def main() -> None:
     Exits with ``os._exit`` once output is flushed: temporalio's Rust runtime threads can
     abort a short-lived client process during interpreter shutdown ("PyGILState_Release:
     thread state must be current", temporalio/sdk-python#300), which would turn a finished
-    command into exit code -6.
+    command into exit code -6. Output to a reader that stopped reading (``keel sessions |
+    head -2``) ends quietly, with exit code 141 as a process stopped by SIGPIPE has.
     """
-    code = run_cli()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        code = run_cli()
+    except SystemExit as stop:  # argparse: --help, --version, an argument error
+        code = stop.code if isinstance(stop.code, int) else EXIT_INVALID if stop.code else 0
+    except BrokenPipeError:
+        code = EXIT_PIPE
+    if _stdout_closed() and code == 0:
+        code = EXIT_PIPE
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os._exit(code)

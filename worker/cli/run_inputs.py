@@ -56,51 +56,6 @@ _FLAGS = {
 }
 
 
-def add_session_flags(cmd: argparse.ArgumentParser) -> None:
-    """The flags of a new session's settings: ``keel run``'s, and ``keel schedule create``'s."""
-    cmd.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
-    cmd.add_argument("--system", help="system prompt for a new session")
-    cmd.add_argument("--tools", help="tool modules and mcp:NAME sources, comma separated")
-    cmd.add_argument(
-        "--require-approval",
-        metavar="TOOL[,TOOL]",
-        help="tools that need approval in a new session",
-    )
-    cmd.add_argument("--approvers", metavar="ID[,ID]", help="who may decide (default: anyone)")
-    cmd.add_argument(
-        "--approver-key",
-        action="append",
-        default=[],
-        metavar="NAME=PUBLIC_KEY",
-        help="a new session accepts only decisions signed by these approvers' keys "
-        "(repeatable; PUBLIC_KEY as `keel keygen` prints it)",
-    )
-    cmd.add_argument(
-        "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
-    )
-    cmd.add_argument(
-        "--max-cycles", type=int, metavar="N", help="model calls allowed per turn (default 100)"
-    )
-    cmd.add_argument(
-        "--turn-token-budget",
-        type=int,
-        metavar="N",
-        help="tokens allowed per turn (default 2,000,000)",
-    )
-    cmd.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
-    cmd.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
-    cmd.add_argument(
-        "--output-schema", metavar="FILE", help="JSON Schema file of the turn's structured output"
-    )
-    cmd.add_argument(
-        "--notify",
-        action="append",
-        metavar="URL",
-        help="POST a JSON event to URL when an interrupt opens and when a turn ends "
-        "(repeatable; replaces the agent file's notify)",
-    )
-
-
 def tool_modules(value: str | None) -> list[str]:
     """Module names from a comma-separated flag value."""
     return [m.strip() for m in (value or "").split(",") if m.strip()]

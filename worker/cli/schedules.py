@@ -13,23 +13,17 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel.worker.cli.console import EXIT_OK
-from keel.worker.cli.flags import Subparsers
-from keel.worker.cli.run_inputs import (
-    UsageError,
-    add_session_flags,
-    check_model,
-    new_session_config,
-    read_agent,
-    sendable_model,
-)
-from keel.worker.cli.session_access import require_lasting_server
-from keel.worker.client.schedules import OVERLAP_POLICIES, KeelSchedules, ScheduleSummary
-from keel.worker.server.connection import open_connection
-from keel.worker.settings import Settings
+from keel.worker.cli.flags import Subparsers, add_session_flags
 
+if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from keel.worker.client.schedules import KeelSchedules, ScheduleSummary
+    from keel.worker.settings import Settings
+
+# ``--overlap``: the names of ``keel.worker.client.schedules.OVERLAP_POLICIES``.
+OVERLAPS = ("allow", "buffer", "skip")
 # ``--every``: a number and a unit, repeated: 90s, 5m, 1h30m, 1d.
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -43,6 +37,8 @@ def parse_duration(text: str) -> timedelta:
     Raises:
         UsageError: not such a duration.
     """
+    from keel.worker.cli.run_inputs import UsageError
+
     value = text.strip().lower()
     parts = _DURATION_PART.findall(value)
     if not parts or "".join(n + u for n, u in parts) != value:
@@ -74,7 +70,7 @@ def add_parser(sub: Subparsers) -> None:
     create.add_argument("--timezone", metavar="TZ", help="IANA time zone of --cron (default UTC)")
     create.add_argument(
         "--overlap",
-        choices=sorted(OVERLAP_POLICIES),
+        choices=OVERLAPS,
         default="skip",
         help="while the previous session still runs: skip the firing (default), allow both, "
         "or buffer one firing until it ends",
@@ -107,7 +103,7 @@ def add_parser(sub: Subparsers) -> None:
     trigger.add_argument("name")
     trigger.add_argument(
         "--overlap",
-        choices=sorted(OVERLAP_POLICIES),
+        choices=OVERLAPS,
         help="overlap policy for this firing (default: the schedule's)",
     )
     trigger.set_defaults(handler=cmd_schedule_change, change="trigger")
@@ -115,6 +111,10 @@ def add_parser(sub: Subparsers) -> None:
 
 @asynccontextmanager
 async def _schedules(settings: Settings, what: str) -> AsyncIterator[KeelSchedules]:
+    from keel.worker.cli.session_access import require_lasting_server
+    from keel.worker.client.schedules import KeelSchedules
+    from keel.worker.server.connection import open_connection
+
     await require_lasting_server(settings, what)
     async with open_connection(settings, embed=False) as connection:
         yield KeelSchedules(connection.client, settings.task_queue)
@@ -122,6 +122,14 @@ async def _schedules(settings: Settings, what: str) -> AsyncIterator[KeelSchedul
 
 async def cmd_schedule_create(args: argparse.Namespace, settings: Settings) -> int:
     """``keel schedule create NAME (--cron EXPR | --every DURATION) [flags] PROMPT``."""
+    from keel.worker.cli.run_inputs import (
+        UsageError,
+        check_model,
+        new_session_config,
+        read_agent,
+        sendable_model,
+    )
+
     if not _NAME.match(args.name):
         raise UsageError(
             f"schedule name {args.name!r}: letters, digits, '_', '-' and '.', starting with a "
@@ -205,7 +213,7 @@ async def cmd_schedule_describe(args: argparse.Namespace, settings: Settings) ->
     return EXIT_OK
 
 
-Change = Callable[[KeelSchedules, argparse.Namespace], Awaitable[None]]
+Change = Callable[["KeelSchedules", argparse.Namespace], Awaitable[None]]
 # Each change: the command, what it does to a schedule, and how the command says it did.
 _CHANGES: dict[str, tuple[Change, str]] = {
     "pause": (lambda s, a: s.pause(a.name, a.note), "paused"),

@@ -6,17 +6,13 @@ import argparse
 import contextlib
 import dataclasses
 import sys
+from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
-from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
-from keel.worker.cli.ui import build_app, ui_source
-from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
-from keel.worker.process.serve import run_until_signalled, serve_worker
-from keel.worker.server.connection import connect_configured
-from keel.worker.server.devserver import DevServer
-from keel.worker.settings import FLAG_NAMES, ConfigError, Settings, WorkerSettings
-from keel.worker.ui.serving import DEFAULT_HOST, DEFAULT_PORT, UiBindError, ui_running
+
+if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from keel.worker.settings import Settings
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -25,6 +21,10 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     Flags win over their environment variables (see ``keel.worker.settings``); an invalid
     setting exits 2 with the reason.
     """
+    from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
+    from keel.worker.process.serve import serve_worker
+    from keel.worker.settings import FLAG_NAMES, ConfigError, WorkerSettings
+
     flags = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAG_NAMES.items()}
     settings = dataclasses.replace(
         settings,
@@ -47,6 +47,15 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front."""
+    from keel.worker.cli.run_inputs import mcp_servers, tool_modules
+    from keel.worker.cli.ui import build_app, ui_source
+    from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
+    from keel.worker.process.serve import run_until_signalled
+    from keel.worker.server.connection import connect_configured
+    from keel.worker.server.devserver import DevServer
+    from keel.worker.settings import Settings
+    from keel.worker.ui.serving import UiBindError, ui_running
+
     async with DevServer(
         settings.home, port=args.port, ui=True, namespace=settings.namespace
     ) as server:
@@ -70,7 +79,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     url = await stack.enter_async_context(
-                        ui_running(page, DEFAULT_HOST, args.ui_port)
+                        ui_running(page, flags.UI_HOST, args.ui_port)
                     )
                     page_at = f", Keel's approvals page at {url}"
                 except UiBindError as err:  # the page is a convenience: dev runs without it
@@ -128,7 +137,7 @@ def add_parser(sub: flags.Subparsers) -> None:
     dev.add_argument(
         "--ui-port",
         type=int,
-        default=DEFAULT_PORT,
-        help=f"port of Keel's web page on 127.0.0.1 (default {DEFAULT_PORT}; see docs/ui.md)",
+        default=flags.UI_PORT,
+        help=f"port of Keel's web page on 127.0.0.1 (default {flags.UI_PORT}; see docs/ui.md)",
     )
     dev.set_defaults(handler=cmd_dev)

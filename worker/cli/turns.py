@@ -8,13 +8,11 @@ adds their parsers to ``keel``'s.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
 import sys
-import uuid
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
@@ -28,35 +26,38 @@ from keel.worker.cli.console import (
     print_turn,
     print_where,
 )
-from keel.worker.cli.follow import Follower
-from keel.worker.cli.run_inputs import (
-    UsageError,
-    add_session_flags,
-    agent_modules,
-    check_model,
-    check_start_size,
-    mcp_servers,
-    new_session_config,
-    read_agent,
-    read_messages,
-    sendable_model,
-    tool_modules,
-)
-from keel.worker.cli.session_access import existing_session, keel_client, require_lasting_server
-from keel.worker.client.calls import pollers
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.server.connection import open_connection
-from keel.worker.settings import Settings
-from keel.worker.shell import session_id_problem
-from keel.worker.signing import ApproverKey, generate_key
-from keel.workflows.boundary import InputRejected, validate_prompt
-from keel.workflows.contracts import SessionConfig
-from keel.workflows.messages import Message, text_block
+
+if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from keel.worker.client.keel_client import KeelClient
+    from keel.worker.settings import Settings
+    from keel.worker.signing import ApproverKey
+    from keel.workflows.contracts import SessionConfig
+    from keel.workflows.messages import Message
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     """``keel run``: send a prompt, wait for the turn, print the result."""
+    import asyncio
+    import uuid
+
+    from keel.worker.cli.run_inputs import (
+        UsageError,
+        agent_modules,
+        check_model,
+        check_start_size,
+        mcp_servers,
+        new_session_config,
+        read_agent,
+        read_messages,
+        sendable_model,
+        tool_modules,
+    )
+    from keel.worker.cli.session_access import keel_client, require_lasting_server
+    from keel.worker.server.connection import open_connection
+    from keel.worker.shell import session_id_problem
+    from keel.workflows.boundary import InputRejected, validate_prompt
+    from keel.workflows.messages import text_block
+
     prompt = " ".join(args.prompt).strip()
     if not prompt:
         raise UsageError("the prompt is empty")
@@ -131,6 +132,8 @@ async def _detach(
     A new session starts with the prompt in its start input, which needs no worker yet; a
     prompt to a running session is an update, which a worker must accept first.
     """
+    from keel.worker.client.calls import pollers
+
     if config is not None:
         ack = await keel.start(session, prompt, config=config, messages=messages)
     else:
@@ -149,6 +152,11 @@ async def _detach(
 
 async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     """``keel wait``: wait for the session's latest turn; print it as ``keel run`` would."""
+    import asyncio
+
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.cli.session_access import existing_session
+
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
     async with existing_session(settings, args.session, writes=False, wait_for_worker=True) as keel:
@@ -174,6 +182,8 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
+    from keel.worker.cli.session_access import existing_session
+
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
         ack = await keel.cancel(args.session, args.reason)
@@ -182,6 +192,8 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    from keel.worker.cli.session_access import existing_session
+
     key = _approver_key(args)  # a bad key file fails before anything is sent
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
         since = await keel.event_count(args.session)
@@ -198,6 +210,8 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
+    from keel.worker.cli.session_access import existing_session
+
     value = parse_answer(args.value)
     key = _approver_key(args)
     async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
@@ -208,6 +222,9 @@ async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
     """``keel steer``: add guidance to the turn in progress."""
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.cli.session_access import existing_session
+
     text = " ".join(args.text).strip()
     if not text:
         raise UsageError("the steering text is empty")
@@ -233,6 +250,8 @@ def _interactive(args: argparse.Namespace) -> bool:
 
 async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
     """``keel keygen NAME``: write a private key; print its public key, last."""
+    from keel.worker.signing import generate_key
+
     path = args.out or f"{args.name}.key"
     public = generate_key(path)
     print(f"private key of approver {args.name!r} written to {path} (keep it secret)")
@@ -243,6 +262,8 @@ async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
 
 def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
     """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
+    from keel.worker.signing import ApproverKey
+
     path = getattr(args, "key", None) or os.environ.get("KEEL_APPROVER_KEY")
     return ApproverKey.load(path) if path else None
 
@@ -262,6 +283,9 @@ async def _finish_turn(
     until the turn ends or waits again. No answer (end of input, Ctrl-C) leaves the
     interrupt pending: exit 3.
     """
+    from keel.worker.cli.follow import Follower
+    from keel.worker.client.errors import RequestRejected
+
     out = _progress_out(args)
     follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
     record = await follower.turn_settled(turn_id)
@@ -319,7 +343,7 @@ def _add_run(sub: flags.Subparsers) -> None:
     run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
     run.add_argument("prompt", nargs="+", help="the prompt text")
     run.add_argument("--session", type=flags.session_id, help="session id (default: a new one)")
-    add_session_flags(run)
+    flags.add_session_flags(run)
     flags.mcp_flag(run)
     run.add_argument("--messages", help="JSON file of history to import into a new session")
     run.add_argument(

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from starlette.applications import Starlette
-from temporalio.client import Client
-
-from keel.activities.store import open_store
 from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_OK
-from keel.worker.cli.session_access import QUERY_TIMEOUT_S
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.server.connection import connect_configured
-from keel.worker.settings import Settings
-from keel.worker.signing import ApproverKey
-from keel.worker.ui.app import create_app
-from keel.worker.ui.serving import DEFAULT_HOST, DEFAULT_PORT, check_bind, ui_running
-from keel.worker.ui.source import KeelSource, Signer, TemporalDown
+
+if TYPE_CHECKING:  # what the command runs is imported when it runs: `keel --help` stays light
+    from starlette.applications import Starlette
+    from temporalio.client import Client
+
+    from keel.worker.client.keel_client import KeelClient
+    from keel.worker.settings import Settings
+    from keel.worker.ui.source import KeelSource
 
 TOKEN_ENV = "KEEL_UI_TOKEN"
 APPROVER_ENV = "KEEL_UI_APPROVER"
@@ -29,6 +25,10 @@ KEY_ENV = "KEEL_APPROVER_KEY"
 
 
 def _keel_of(client: Client, settings: Settings) -> KeelClient:
+    from keel.activities.store import open_store
+    from keel.worker.cli.session_access import QUERY_TIMEOUT_S
+    from keel.worker.client.keel_client import KeelClient
+
     return KeelClient(
         client,
         settings.task_queue,
@@ -45,6 +45,10 @@ def build_app(
     Raises:
         ApproverKeyError: the key file cannot be read.
     """
+    from keel.worker.signing import ApproverKey
+    from keel.worker.ui.app import create_app
+    from keel.worker.ui.source import Signer
+
     token = os.environ.get(TOKEN_ENV) or None
     path = key_path or os.environ.get(KEY_ENV)
     signer = Signer(ApproverKey.load(path)) if path else None
@@ -62,6 +66,9 @@ def build_app(
 
 def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
     """The page's client: the given one, or ``TEMPORAL_ADDRESS`` connected on first use."""
+    from keel.worker.server.connection import connect_configured
+    from keel.worker.ui.source import KeelSource
+
     if client is not None:
         return KeelSource(_keel_of(client, settings), where=settings.address or "Temporal")
 
@@ -78,6 +85,9 @@ async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     It starts even when Temporal does not answer yet (the page shows a banner and retries);
     a bad connection setting or a non-loopback ``--host`` without ``KEEL_UI_TOKEN`` exits 2.
     """
+    from keel.worker.ui.serving import check_bind, ui_running
+    from keel.worker.ui.source import TemporalDown
+
     check_bind(args.host, os.environ.get(TOKEN_ENV))
     source = ui_source(settings)
     app, guard = build_app(settings, source, args.key)
@@ -93,6 +103,8 @@ async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
 
 async def until_signalled() -> None:
     """Wait for SIGTERM or SIGINT."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -116,9 +128,11 @@ def add_parser(sub: flags.Subparsers) -> None:
     )
     ui.add_argument(
         "--host",
-        default=DEFAULT_HOST,
-        help=f"address to listen on (default {DEFAULT_HOST}; others need KEEL_UI_TOKEN)",
+        default=flags.UI_HOST,
+        help=f"address to listen on (default {flags.UI_HOST}; others need KEEL_UI_TOKEN)",
     )
-    ui.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    ui.add_argument(
+        "--port", type=int, default=flags.UI_PORT, help=f"port (default {flags.UI_PORT})"
+    )
     flags.key_flag(ui)
     ui.set_defaults(handler=cmd_ui)
