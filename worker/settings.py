@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import TLSConfig
 
 from keel.activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
@@ -31,6 +32,8 @@ DEFAULT_SHUTDOWN_GRACE_S = 30.0
 # (temporalio's default is 10 s; docs/guarantees.md, "Crashes").
 DEFAULT_STICKY_TIMEOUT_S = 1.0
 DEFAULT_SERVICE_NAME = "keel-worker"
+# the longest deployment name or build id Temporal takes
+MAX_VERSION_PART = 255
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _GRPC_META_PREFIX = "TEMPORAL_GRPC_META_"
@@ -89,6 +92,10 @@ class Settings:
             sent to Temporal and every stored object (AES-256-GCM).
         decryption_keys: ``KEEL_DECRYPTION_KEYS``, comma-separated older keys that still
             decrypt (rotation).
+        deployment: ``KEEL_DEPLOYMENT``, the Worker Deployment a versioned worker belongs to
+            (``keel worker --deployment``); None: an unversioned worker.
+        build_id: ``KEEL_BUILD_ID``, this worker's version in that deployment (the image
+            tag, say); given together with ``deployment``.
     """
 
     address: str | None
@@ -111,6 +118,8 @@ class Settings:
     decryption_keys: str | None = field(default=None, repr=False)
     stream_listen: str | None = None
     stream_advertise: str | None = None
+    deployment: str | None = None
+    build_id: str | None = None
 
     @property
     def store(self) -> str:
@@ -149,7 +158,32 @@ class Settings:
             decryption_keys=env.get("KEEL_DECRYPTION_KEYS") or None,
             stream_listen=env.get("KEEL_STREAM_LISTEN") or None,
             stream_advertise=env.get("KEEL_STREAM_ADVERTISE") or None,
+            deployment=(env.get("KEEL_DEPLOYMENT") or "").strip() or None,
+            build_id=(env.get("KEEL_BUILD_ID") or "").strip() or None,
         )
+
+    def deployment_version(self) -> WorkerDeploymentVersion | None:
+        """The Worker Deployment Version a worker runs as, checked; None when unversioned.
+
+        Raises:
+            ConfigError: only one of ``KEEL_DEPLOYMENT`` and ``KEEL_BUILD_ID`` is set, or one
+                is not a name Temporal takes.
+        """
+        if self.deployment is None and self.build_id is None:
+            return None
+        if self.deployment is None or self.build_id is None:
+            given, missing = (
+                ("KEEL_DEPLOYMENT", "KEEL_BUILD_ID")
+                if self.deployment is not None
+                else ("KEEL_BUILD_ID", "KEEL_DEPLOYMENT")
+            )
+            raise ConfigError(
+                f"{given} is set but {missing} is not: a versioned worker needs both "
+                "(--deployment NAME --build-id ID)"
+            )
+        _check_version_part(self.deployment, "KEEL_DEPLOYMENT", dots=False)
+        _check_version_part(self.build_id, "KEEL_BUILD_ID", dots=True)
+        return WorkerDeploymentVersion(self.deployment, self.build_id)
 
     def keyring(self) -> Keyring | None:
         """The encryption keys, checked; None when neither variable is set.
@@ -315,6 +349,8 @@ FLAG_NAMES = {
     "TEMPORAL_ADDRESS": "--address",
     "TEMPORAL_NAMESPACE": "--namespace",
     "KEEL_TASK_QUEUE": "--task-queue",
+    "KEEL_DEPLOYMENT": "--deployment",
+    "KEEL_BUILD_ID": "--build-id",
     "KEEL_MAX_CONCURRENT_ACTIVITIES": "--max-concurrent-activities",
     "KEEL_MAX_CONCURRENT_WORKFLOW_TASKS": "--max-concurrent-workflow-tasks",
     "KEEL_MAX_CACHED_WORKFLOWS": "--max-cached-workflows",
@@ -404,6 +440,21 @@ def check_address(address: str, name: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ConfigError(f"{name}={address!r} is not host:port (e.g. temporal.example:7233)")
+
+
+def _check_version_part(value: str, name: str, *, dots: bool) -> None:
+    """Check a deployment name or build id: printable, no spaces, at most 255 characters.
+
+    A deployment name has no ``.`` either: Temporal writes a version as ``NAME.BUILD_ID``.
+    """
+    if len(value) > MAX_VERSION_PART:
+        raise ConfigError(f"{name} has {len(value)} characters: at most {MAX_VERSION_PART}")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ConfigError(f"{name}={value!r} has a space or a control character")
+    if not dots and "." in value:
+        raise ConfigError(f"{name}={value!r} has a '.': a deployment name cannot")
+    if value.startswith("__"):
+        raise ConfigError(f"{name}={value!r}: names starting with '__' are Temporal's")
 
 
 def _boolean(raw: str | None, name: str) -> bool | None:

@@ -146,6 +146,10 @@ class SessionConfig(KeelModel):
             heartbeat before Temporal deems its worker lost and retries it on another;
             None: Keel's default, 2 s (``keel.workflows.activity_options.HEARTBEAT_TIMEOUT``).
             Each running activity heartbeats three times per timeout.
+        auto_upgrade: on versioned workers (``keel worker --deployment``), move to the
+            deployment's current version at the next workflow task instead of staying pinned
+            to the version the session started on; for changes that replay (``keel deploy
+            check``). Applied by the client that starts the session, for the run it starts.
     """
 
     model: str = Field(min_length=1)
@@ -168,6 +172,7 @@ class SessionConfig(KeelModel):
     agents: dict[str, SubAgent] = Field(default_factory=dict)
     notify: list[str] = Field(default_factory=list)
     heartbeat_timeout_s: float | None = Field(default=None, ge=0.5, le=600)
+    auto_upgrade: bool = False
 
     @field_validator("notify")
     @classmethod

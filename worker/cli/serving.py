@@ -31,6 +31,8 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         address=flags["TEMPORAL_ADDRESS"] or settings.address,
         namespace=flags["TEMPORAL_NAMESPACE"] or settings.namespace,
         task_queue=flags["KEEL_TASK_QUEUE"] or settings.task_queue,
+        deployment=flags["KEEL_DEPLOYMENT"] or settings.deployment,
+        build_id=flags["KEEL_BUILD_ID"] or settings.build_id,
         tls="true" if args.tls else settings.tls,
         tls_cert=args.tls_cert or settings.tls_cert,
         tls_key=args.tls_key or settings.tls_key,
@@ -96,6 +98,12 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 _WORKER_SETTINGS = (
     ("--address", "HOST:PORT", "Temporal frontend (TEMPORAL_ADDRESS)"),
     ("--namespace", "NS", "namespace (TEMPORAL_NAMESPACE, default: default)"),
+    (
+        "--deployment",
+        "NAME",
+        "Worker Deployment of a versioned worker, with --build-id (KEEL_DEPLOYMENT)",
+    ),
+    ("--build-id", "ID", "this worker's version in it, e.g. the image tag (KEEL_BUILD_ID)"),
     ("--tls-cert", "PEM", "client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"),
     ("--tls-key", "PEM", "its private key (TEMPORAL_TLS_CLIENT_KEY_PATH)"),
     ("--tls-ca", "PEM", "CA of the server (TEMPORAL_TLS_SERVER_CA_CERT_PATH)"),

@@ -19,7 +19,12 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    AutoUpgradeVersioningOverride,
+    VersioningOverride,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import UpdateMethodMultiParam
 
@@ -63,6 +68,16 @@ SETTLED = ENDED | {"awaiting_human"}
 # ``wait_turn`` polls the turn query this often at first, backing off to POLL_MAX_S.
 POLL_START_S = 0.05
 POLL_MAX_S = 0.5
+
+
+def versioning_override(config: SessionConfig) -> VersioningOverride | None:
+    """How a new session overrides its workers' versioning: auto-upgrade when it asks to.
+
+    Versioned workers pin a session to the version it started on; ``config.auto_upgrade``
+    moves it to the deployment's current version at each workflow task instead. Unversioned
+    workers ignore it.
+    """
+    return AutoUpgradeVersioningOverride() if config.auto_upgrade else None
 
 
 def _content(prompt: str | Sequence[ContentBlock]) -> list[ContentBlock]:
@@ -184,6 +199,7 @@ class KeelClient:
             id=session_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            versioning_override=versioning_override(config),
         )
         try:
             return await self.caller.ask(
@@ -229,6 +245,7 @@ class KeelClient:
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                versioning_override=versioning_override(config),
             )
         except WorkflowAlreadyStartedError as err:
             raise RequestRejected(f"session {session_id!r} exists already") from err

@@ -57,6 +57,7 @@ async def serve_worker(
     """
     configure_logging(config.log_format, config.log_level)
     client_options(settings)  # check TLS files and the like before opening any port
+    version = settings.deployment_version()
     # a bad KEEL_STREAM_LISTEN: exit 2 now, before any port opens
     stream_endpoint(StreamConfig.of(settings.stream_listen, settings.stream_advertise))
     runtime = metrics_runtime(config.metrics_port) if config.metrics_port else None
@@ -83,11 +84,14 @@ async def serve_worker(
             freeze_startup_heap()
             state.worker = worker
             logger.info(
-                "worker %s on %s, namespace %s, task queue %s",
+                "worker %s on %s, namespace %s, task queue %s%s",
                 client.identity,
                 address,
                 settings.namespace,
                 settings.task_queue,
+                f", version {version.build_id} of Worker Deployment {version.deployment_name}"
+                if version is not None
+                else "",
             )
             grace_s = config.shutdown_grace_s
 
