@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import keel
-from keel.worker.cli import codec, inspect, schedules, serving, turns, ui
+from keel.worker.cli import codec, deploy, inspect, schedules, serving, turns, ui
 from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID, EXIT_PIPE
 from keel.worker.cli.flags import Parser, Subparsers
 
@@ -31,6 +31,7 @@ _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     inspect.add_parser,
     schedules.add_parser,
     serving.add_parser,
+    deploy.add_parser,
     ui.add_parser,
     codec.add_parser,
 )
