@@ -47,6 +47,13 @@ def session_id(value: str) -> str:
     return value
 
 
+def port(value: str) -> int:
+    """A TCP port argument: a number from 1 to 65535."""
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port (a number from 1 to 65535)")
+    return int(value)
+
+
 def waiting_flags(cmd: argparse.ArgumentParser) -> None:
     """Flags of the commands that wait for a turn like ``keel run``."""
     cmd.add_argument("--json", action="store_true", help="print one JSON object")

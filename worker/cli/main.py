@@ -49,7 +49,7 @@ def _failures() -> tuple[Failures, Failures]:
     from keel.activities.tools import ToolModuleError
     from keel.worker.cli.run_inputs import UsageError
     from keel.worker.client.errors import RequestRejected, ScheduleNotFound, SessionNotFound
-    from keel.worker.server.connection import TemporalUnreachable
+    from keel.worker.server.connection import NoServerFound, TemporalUnreachable
     from keel.worker.server.devserver import DevServerError
     from keel.worker.settings import ConfigError
     from keel.worker.signing import ApproverKeyError
@@ -58,6 +58,7 @@ def _failures() -> tuple[Failures, Failures]:
     invalid: Failures = (
         UsageError,
         ConfigError,
+        NoServerFound,
         RequestRejected,
         SessionNotFound,
         ScheduleNotFound,

@@ -48,18 +48,31 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front."""
+    """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front.
+
+    ``server.json`` in ``KEEL_HOME`` records it as shared while it runs: the commands run on
+    the same ``KEEL_HOME`` (in this folder) connect to it.
+    """
     from keel.worker.cli.run_inputs import mcp_servers, tool_modules
     from keel.worker.cli.ui import build_app, ui_source
     from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
     from keel.worker.process.serve import run_until_signalled
     from keel.worker.server.connection import connect_configured
-    from keel.worker.server.devserver import DevServer
+    from keel.worker.server.devserver import DevServer, port_free
     from keel.worker.settings import Settings
+    from keel.worker.shell import command
     from keel.worker.ui.serving import UiBindError, ui_running
 
+    web_ui = args.temporal_ui_port
+    if web_ui is None and args.port + 1000 <= 65535 and port_free(args.port + 1000):
+        web_ui = args.port + 1000  # Temporal's own default; else a free port
     async with DevServer(
-        settings.home, port=args.port, ui=True, namespace=settings.namespace
+        settings.home,
+        port=args.port,
+        ui=True,
+        ui_port=web_ui,
+        namespace=settings.namespace,
+        shared=True,
     ) as server:
         client, _ = await connect_configured(
             Settings(
@@ -90,6 +103,11 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 freeze_startup_heap()
                 ready = f"Temporal at {server.address}, web UI at {server.ui_url}{page_at}"
                 print(f"{ready}; Ctrl-C stops", flush=True)
+                print(
+                    "keel commands run in this folder use it (and its sessions' store); from "
+                    f"another folder, set {command(f'KEEL_HOME={server.data_dir}')}",
+                    flush=True,
+                )
                 await run_until_signalled(worker)
     return EXIT_OK
 
@@ -141,11 +159,17 @@ def add_parser(sub: flags.Subparsers) -> None:
     dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
     dev.add_argument("--tools", help="tool modules, comma separated")
     flags.mcp_flag(dev)
-    dev.add_argument("--port", type=int, default=7233, help="Temporal port (default 7233)")
+    dev.add_argument("--port", type=flags.port, default=7233, help="Temporal's port (default 7233)")
     dev.add_argument(
         "--ui-port",
-        type=int,
+        type=flags.port,
         default=flags.UI_PORT,
         help=f"port of Keel's web page on 127.0.0.1 (default {flags.UI_PORT}; see docs/ui.md)",
+    )
+    dev.add_argument(
+        "--temporal-ui-port",
+        type=flags.port,
+        metavar="PORT",
+        help="port of Temporal's web UI (default: --port + 1000, 8233, when free, else a free one)",
     )
     dev.set_defaults(handler=cmd_dev)

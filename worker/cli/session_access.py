@@ -11,8 +11,7 @@ from keel.worker.cli.follow import end_streamed_line
 from keel.worker.cli.run_inputs import UsageError
 from keel.worker.client.errors import WorkerWait
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.server.connection import TemporalConnection, open_connection
-from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
+from keel.worker.server.connection import TemporalConnection, lasting_server, open_connection
 from keel.worker.settings import Settings
 
 # What to do when no worker answers: said after each "no worker" line.
@@ -24,14 +23,14 @@ QUERY_TIMEOUT_S = 10.0
 async def require_lasting_server(settings: Settings, what: str) -> None:
     """Refuse a command whose work must outlive it when only an embedded server would run.
 
-    Without ``TEMPORAL_ADDRESS`` and with no ``keel dev`` on the default address, a command
-    embeds a dev server that stops when it returns: a detached job or a schedule would stop
-    with it.
+    Without ``TEMPORAL_ADDRESS``, a ``keel dev`` serving this folder's ``KEEL_HOME`` or one
+    on the default address, a command embeds a dev server that stops when it returns: a
+    detached job or a schedule would stop with it.
 
     Raises:
         UsageError: naming ``what`` and pointing to ``keel dev``.
     """
-    if settings.address or await address_reachable(DEFAULT_ADDRESS):
+    if await lasting_server(settings) is not None:
         return
     raise UsageError(
         f"{what} needs a Temporal server and a worker that outlive this command, and none "

