@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -13,10 +15,16 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from keel.activities.context_window import context_window
+from keel.activities.context_window import (
+    CHARS_PER_TOKEN,
+    context_window,
+    estimate_tokens,
+    fit_tokens,
+)
 from keel.activities.heartbeats import LoopHeartbeats
 from keel.activities.models import (
     AnyModelProvider,
+    ContextTooLong,
     ModelError,
     ModelTransientError,
     abort_call,
@@ -295,13 +303,23 @@ class ModelActivities:
                 # no benchmark figure by 5% consistently (figures and command in
                 # docs/performance.md, "Tricks on temporalio's internals").
                 view, extra = await asyncio.to_thread(prepare)
-                response = await provider.converse(view, progress)
+                view = fitted(view, context_tokens(provider))
+                try:
+                    response = await provider.converse(view, progress)
+                except ContextTooLong as err:
+                    view = trimmed(view, err)
+                    response = await provider.converse(view, progress)
             else:
                 blocking = provider
 
                 def in_thread() -> tuple[ModelRequest, dict[str, object], ModelResponse]:
                     view, extra = prepare()
-                    return view, extra, blocking.converse(view, progress)
+                    view = fitted(view, context_tokens(blocking))
+                    try:
+                        return view, extra, blocking.converse(view, progress)
+                    except ContextTooLong as err:
+                        view = trimmed(view, err)
+                        return view, extra, blocking.converse(view, progress)
 
                 view, extra, response = await asyncio.to_thread(in_thread)
             extra["output_errors"] = _output_errors(request.output_tool, view, response)
@@ -338,6 +356,71 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
+
+
+# "maximum context length is 4096", "context window of 4096", "context size (4096)", "n_ctx 4096"
+_WINDOW_IN_ERROR = re.compile(
+    r"(?:context(?: length| window| size)?|n_ctx)\D{0,24}?(\d{3,8})", re.IGNORECASE
+)
+
+
+def context_tokens(provider: object) -> int | None:
+    """The context window a provider's model spec names (``context_tokens=N``), if any."""
+    value = getattr(provider, "context_tokens", None)
+    return value if isinstance(value, int) else None
+
+
+def fitted(view: ModelRequest, window: int | None) -> ModelRequest:
+    """The view trimmed to a known context window, leaving room for the answer."""
+    if window is None:
+        return view
+    reserve = (view.inference.maxTokens if view.inference else None) or window // 4
+    budget = max(window - reserve - estimate_tokens_of_tools(view), window // 8)
+    messages = fit_tokens(view.messages, budget)
+    if len(messages) == len(view.messages):
+        return view
+    activity.logger.info(
+        "conversation trimmed to fit %s tokens: %s of %s messages shown",
+        window,
+        len(messages),
+        len(view.messages),
+    )
+    return view.model_copy(update={"messages": merge_roles(messages)})
+
+
+def trimmed(view: ModelRequest, err: ContextTooLong) -> ModelRequest:
+    """The view for the one retry after the server said the context is too long.
+
+    Three quarters of the window the server names ("maximum context length is 4096", "context
+    window of 4096"), or half of what was sent when it names none; token-aware
+    (``fit_tokens``). A view that cannot shrink any more is the server's error again.
+
+    Raises:
+        ContextTooLong: nothing left to trim.
+    """
+    named = _WINDOW_IN_ERROR.search(str(err))
+    if named is not None:
+        budget = int(named.group(1)) * 3 // 4 - estimate_tokens_of_tools(view)
+    else:
+        budget = estimate_tokens(view.messages) // 2
+    messages = fit_tokens(view.messages, budget)
+    if len(messages) >= len(view.messages):
+        raise err
+    activity.logger.warning(
+        "model %s: %s; asking again with the latest %s of %s messages (about %s tokens)",
+        view.model,
+        err,
+        len(messages),
+        len(view.messages),
+        estimate_tokens(messages),
+    )
+    return view.model_copy(update={"messages": merge_roles(messages)})
+
+
+def estimate_tokens_of_tools(view: ModelRequest) -> int:
+    """About how many tokens the tool specs take in a request."""
+    chars = sum(len(json.dumps(t.inputSchema)) + len(t.description) for t in view.tools or [])
+    return chars // CHARS_PER_TOKEN
 
 
 def _transient_failure(err: ModelTransientError) -> ApplicationError:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from keel.activities.models.base import (
     AnyModelProvider,
     AsyncModelProvider,
+    ContextTooLong,
     DeltaCallback,
     ModelError,
     ModelProvider,
@@ -70,6 +71,7 @@ __all__ = [
     "PROVIDERS",
     "AnyModelProvider",
     "AsyncModelProvider",
+    "ContextTooLong",
     "DeltaCallback",
     "ModelError",
     "ModelProvider",

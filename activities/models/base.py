@@ -26,6 +26,14 @@ class ModelError(Exception):
     """
 
 
+class ContextTooLong(ModelError):
+    """The server says the conversation does not fit the model's context window.
+
+    The model activity answers it once, by trimming what the model sees
+    (``keel.activities.context_window.fit_tokens``) and asking again.
+    """
+
+
 class ModelTransientError(Exception):
     """A model failure that may pass: the server unreachable, a 5xx answer, a stream cut short.
 

@@ -16,6 +16,9 @@ Spec: ``openai:<model>[?option=value&...]``. The model name may itself contain `
   ``"tool_choice": "auto"``, OpenAI's own default, which some servers need spelled out
   (llama-cpp-python's ``chatml-function-calling`` format leaves the tools out of the prompt
   without it); ``omit`` leaves the field out, for a server that rejects it.
+* ``context_tokens=<n>``: the model's context window in tokens. Keel then trims what the
+  model sees to fit before asking (``keel.activities.context_window.fit_tokens``). Without
+  it, a server that answers "context too long" makes Keel trim and ask once more.
 
 Streaming and tools: some servers cannot stream an answer to a request with tools
 (llama-cpp-python answers 200 with an empty event stream, and logs "Automatic streaming tool
@@ -80,7 +83,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from keel.activities.models.base import DeltaCallback, ModelError, ModelTransientError
+from keel.activities.models.base import (
+    ContextTooLong,
+    DeltaCallback,
+    ModelError,
+    ModelTransientError,
+)
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.contracts import ToolSpec
 from keel.workflows.messages import (
@@ -100,6 +108,8 @@ API_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "http://127.0.0.1:11434/v1"
 DEFAULT_TIMEOUT_S = 300.0
 TOOL_CHOICES = ("auto", "omit")
+# The smallest context window a spec may name (context_tokens=N): the task and one exchange.
+MIN_CONTEXT = 256
 
 FINISH_REASONS = {
     "stop": "end_turn",
@@ -135,6 +145,10 @@ class OpenAITransientError(ModelTransientError):
 
     The model activity logs it as one line and Temporal retries the call with backoff.
     """
+
+
+class _EmptyStream(Exception):
+    """A streamed request answered 200 with no event at all: ask once more, unstreamed."""
 
 
 class _NoStreamingWithTools(Exception):
@@ -248,7 +262,8 @@ class OpenAIProvider:
         """Create a provider for the part of a spec after ``openai:``.
 
         Args:
-            model: ``<model>[?stream=true|false&timeout=<seconds>&tool_choice=auto|omit]``.
+            model: ``<model>[?stream=true|false&timeout=<seconds>&tool_choice=auto|omit
+                &context_tokens=<n>]``.
 
         Raises:
             ModelError: the model name is empty, an option is unknown or invalid, or
@@ -261,6 +276,7 @@ class OpenAIProvider:
         self.stream = True
         self.timeout_s = DEFAULT_TIMEOUT_S
         self.tool_choice = "auto"
+        self.context_tokens: int | None = None
         for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
             if key == "stream" and value.lower() in ("true", "1", "yes"):
                 self.stream = True
@@ -270,11 +286,13 @@ class OpenAIProvider:
                 self.timeout_s = float(value)
             elif key == "tool_choice" and value.lower() in TOOL_CHOICES:
                 self.tool_choice = value.lower()
+            elif key == "context_tokens" and value.isdigit() and int(value) >= MIN_CONTEXT:
+                self.context_tokens = int(value)
             else:
                 raise ModelError(
                     f"openai model spec {model!r}: unknown or invalid option {key}={value!r}; "
-                    "options are stream=true|false, timeout=<seconds> and "
-                    "tool_choice=auto|omit"
+                    "options are stream=true|false, timeout=<seconds>, "
+                    f"tool_choice=auto|omit and context_tokens=<at least {MIN_CONTEXT}>"
                 )
         base = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         parts = urllib.parse.urlsplit(base)
@@ -348,6 +366,14 @@ class OpenAIProvider:
             return self._call(request, on_delta, stream)
         except _NoStreamingWithTools as err:
             self._remember_unstreamed(str(err))
+        except _EmptyStream:
+            # llama-cpp-python, for one, fails inside its stream (a conversation past the
+            # context window) after answering 200: unstreamed, the same request says why
+            logger.info(
+                "model %s: an empty stream from %s; asking once more unstreamed",
+                self.model,
+                self.base_url,
+            )
         return self._call(request, on_delta, False)
 
     def abort(self) -> None:
@@ -444,6 +470,8 @@ class OpenAIProvider:
             raise self._transient("request aborted: the model call was cancelled")
         if chunks == 0 and tools:
             raise _NoStreamingWithTools("a streamed request with tools got an empty stream")
+        if chunks == 0 and not done:
+            raise _EmptyStream("a streamed request got an empty stream")
         if assembler.finish_reason is None:
             if not done:
                 raise self._transient("the stream was cut short before a finish reason")
@@ -506,7 +534,7 @@ class OpenAIProvider:
         """
         label = f"HTTP {status}" if status is not None else "an error in its stream"
         if any(marker in message.lower() for marker in CONTEXT_MARKERS):
-            return ModelError(
+            return ContextTooLong(
                 f"the conversation does not fit the context window of model {self.model!r} "
                 f"({label} from {self.base_url}): {message}"
             )

@@ -386,3 +386,32 @@ async def test_the_server_killed_mid_stream(
     assert "broke off" in retries[0] or "cut short" in retries[0], retries[0]
     assert all(real_model.base_url in line for line in retries)
     assert "Traceback" not in log and "will retry" not in log
+
+
+async def test_a_conversation_past_the_context_window_is_trimmed_not_failed(
+    keel: KeelClient, real_model: LlamaServer, lane_worker: Any
+) -> None:
+    """An imported conversation of about 6,000 tokens against n_ctx 4096.
+
+    The server answers "exceeds context window"; Keel trims what the model sees, keeping the
+    task and the latest exchanges, and asks once more: the turn completes.
+    """
+    lane_worker(real_model.base_url)
+    filler = "The quick brown fox jumps over the lazy dog. " * 60  # ~600 tokens a message
+    history: list[Message] = [Message(role="user", content=[{"text": "Remember: the task."}])]
+    for i in range(10):
+        history.append(Message(role="assistant", content=[{"text": f"Noted {i}. {filler}"}]))
+        history.append(Message(role="user", content=[{"text": f"More {i}. {filler}"}]))
+    history.append(Message(role="assistant", content=[{"text": "Ready."}]))
+    session = sid("context")
+    record = await keel.run(
+        session,
+        "Reply with one word: hello",
+        config=config(max_tokens=32),
+        messages=history,
+        timeout_s=120,
+    )
+    assert record.status == "completed", record
+    assert text_of(record.message).strip()
+    state = await keel.state(session)
+    assert len(state.messages) == len(history) + 2  # the whole history is kept
