@@ -8,6 +8,7 @@ fetched. Each one is shown to reject a broken copy, so a pass means something.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -302,6 +303,51 @@ def test_k8s_worker_deployment_matches_the_worker() -> None:
         assert selector.items() <= labels.items(), kind
     assert k8s("Service")["spec"]["ports"][0]["targetPort"] == "metrics"
     assert pod["serviceAccountName"] == k8s("ServiceAccount")["metadata"]["name"]
+
+
+def test_workers_are_versioned_by_their_image_tag(tmp_path: Path) -> None:
+    """The image tag is the build id of a Worker Deployment Version, in compose and in k8s."""
+    services = compose()["services"]
+    for name in WORKER_SERVICES:
+        env = services[name]["environment"]
+        assert env["KEEL_BUILD_ID"] == services[name]["image"].rsplit(":", 1)[1]
+        version = Settings.from_env(env).deployment_version()
+        assert version is not None and version.deployment_name == "keel"
+    # a release: IMAGE_TAG moves image and build id together
+    result = subprocess.run(
+        ["docker-compose", "--file", "compose.yaml", "config", "--format", "json"],
+        cwd=INFRA,
+        env={"PATH": os.environ["PATH"], "IMAGE_TAG": "0.2.0", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    released = json.loads(result.stdout)["services"]
+    for name in WORKER_SERVICES:
+        assert released[name]["image"] == "keel-worker:0.2.0"
+        assert released[name]["environment"]["KEEL_BUILD_ID"] == "0.2.0"
+
+    deployment, config = k8s("Deployment"), k8s("ConfigMap")["data"]
+    template = deployment["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    tag = container["image"].rsplit(":", 1)[1]
+    label = "app.kubernetes.io/version"
+    assert template["metadata"]["labels"][label] == tag
+    assert deployment["metadata"]["labels"][label] == tag
+    # each version its own Deployment, owning only its own pods
+    assert deployment["spec"]["selector"]["matchLabels"][label] == tag
+    assert deployment["metadata"]["name"] == f"keel-worker-{tag.replace('.', '-')}"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KEEL_BUILD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        f"metadata.labels['{label}']"
+    )
+    version = Settings.from_env({**config, "KEEL_BUILD_ID": tag}).deployment_version()
+    assert version is not None and version.build_id == tag
+    # the Service and the PodDisruptionBudget span every version's pods
+    for kind in ("Service", "PodDisruptionBudget"):
+        spec = k8s(kind)["spec"]
+        assert label not in spec["selector"].get("matchLabels", spec["selector"]), kind
 
 
 def test_k8s_probe_paths_are_served_by_the_worker() -> None:
