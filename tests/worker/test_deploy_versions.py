@@ -75,6 +75,7 @@ def versioned_worker(
 ) -> Worker:
     """A worker of version ``build_id`` of ``deployment``, running ``session`` if given."""
     settings = Settings(None, deployment=deployment, build_id=build_id)
+    identity = f"worker-{build_id}"  # who ran each activity, in the history
     if session is None:
         return build_worker(
             client,
@@ -83,9 +84,16 @@ def versioned_worker(
             store=store,
             settings=settings,
             max_cached_workflows=0,
+            identity=identity,
         )
     plugin = VariantPlugin(session, [SAMPLE_TOOLS], settings=settings, store=store)
-    return Worker(client, task_queue=task_queue, plugins=[plugin], max_cached_workflows=0)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        plugins=[plugin],
+        max_cached_workflows=0,
+        identity=identity,
+    )
 
 
 def approval_config(script: Script, **extra: Any) -> SessionConfig:
@@ -132,6 +140,15 @@ def task_versions(history: WorkflowHistory) -> list[str]:
         e.workflow_task_completed_event_attributes.deployment_version.build_id
         for e in history.events
         if e.HasField("workflow_task_completed_event_attributes")
+    ]
+
+
+def activity_workers(history: WorkflowHistory) -> list[str]:
+    """The identity of the worker that ran each activity (model calls, tool runs), in order."""
+    return [
+        e.activity_task_started_event_attributes.identity
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
     ]
 
 
@@ -397,6 +414,7 @@ async def test_rollout_from_a_to_b_keeps_parked_sessions_on_a(
             parked += fresh
             history = await keel_client.handle(fresh[0]).fetch_history()
             assert set(task_versions(history)) == {"B"}
+            assert activity_workers(history) == ["worker-B"]
             assert count_events(history, "timer_started_event_attributes") == 1
 
             status = await status_json(cli_env, deployment)
@@ -409,6 +427,8 @@ async def test_rollout_from_a_to_b_keeps_parked_sessions_on_a(
             for session in parked[:5]:
                 history = await keel_client.handle(session).fetch_history()
                 assert set(task_versions(history)) == {"A"}, session
+                # the model call, the approved tool and the last model call: all on A's workers
+                assert activity_workers(history) == ["worker-A"] * 3, session
                 assert count_events(history, "timer_started_event_attributes") == 0
                 state = await keel_client.state(session)
                 assert [m.role for m in state.messages] == [
