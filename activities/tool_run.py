@@ -4,6 +4,10 @@ A tool's failure is the model's business, not Temporal's: an unknown tool, inval
 exception, a timeout or an unusable return value all become an error toolResult, and the
 activity completes. The activity fails only when it is cancelled or its worker is lost.
 
+A client-side tool (``@tool(runs_on="client")``) is never run here: the activity is given
+what a client delivered (``ToolRequest.client_output``), checks it against the tool's declared
+output type and makes it the result (``keel.workflows.client_tools``).
+
 Sync tools run in a dedicated thread pool so the event loop (and with it heartbeats and
 cancellation) is never blocked. A thread cannot be killed: a sync tool that times out or whose
 activity is cancelled keeps running in its thread until it returns; its result is dropped.
@@ -15,6 +19,7 @@ import asyncio
 import contextvars
 import functools
 import json
+import typing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -124,6 +129,8 @@ async def run_tool(
         if entry is None:
             known = ", ".join(sorted([*registered_tools(), *_mcp_names(mcp)])) or "(no tools)"
             return _error(use.toolUseId, f"unknown tool {use.name!r}; this session has: {known}")
+        if entry.spec.runs_on == "client" or request.client_output is not None:
+            return await _client_result(entry, request, keep)
         try:
             args = entry.input_model.model_validate(use.input)
         except ValidationError as err:
@@ -240,6 +247,54 @@ async def _invoke(
     # Copy the context so a sync tool can still call temporalio.activity functions.
     bound = functools.partial(contextvars.copy_context().run, call)
     return await asyncio.get_running_loop().run_in_executor(_sync_executor(), bound)
+
+
+async def _client_result(
+    entry: RegisteredTool,
+    request: ToolRequest,
+    keep: Callable[[ToolResponse], ToolResponse] | None,
+) -> ToolResponse:
+    """The result of a client-side tool: what a client delivered, if it fits the declared type.
+
+    The output is validated (strict, as JSON) against the tool's return annotation, and what
+    the model sees is the validated value; a failure the client reported, or an output that
+    does not match, is an error result that says so.
+
+    Raises:
+        Exception: the store failed (Temporal retries the attempt).
+    """
+    use, delivered = request.tool_use, request.client_output
+    if entry.spec.runs_on != "client" or entry.output is None:
+        return _error(use.toolUseId, f"tool {use.name!r} is not a client-side tool")
+    if delivered is None:
+        return _error(
+            use.toolUseId,
+            f"tool {use.name!r} runs on the user's machine (runs_on='client'); no worker runs it",
+        )
+    if delivered.error is not None:
+        return _error(use.toolUseId, f"tool {use.name!r} failed on the client: {delivered.error}")
+    try:
+        value = entry.output.validate_json(json.dumps(delivered.value), strict=True)
+    except (ValidationError, TypeError, ValueError) as err:
+        why = _compact(err) if isinstance(err, ValidationError) else str(err)
+        return _error(
+            use.toolUseId,
+            f"the client's result for tool {use.name!r} does not match its declared output "
+            f"type {_output_name(entry)}: {why}",
+        )
+    output = entry.output.dump_python(value, mode="json")
+    try:
+        return await asyncio.to_thread(_finish, use.name, use.toolUseId, keep, output)
+    except _KeepFailed as failed:  # the store, not the client: fail the attempt, Temporal retries
+        raise failed.error from None
+
+
+def _output_name(entry: RegisteredTool) -> str:
+    """The declared output type of a tool, as its return annotation reads."""
+    returns = typing.get_type_hints(entry.fn).get("return", Any)
+    if typing.get_origin(returns) is None and hasattr(returns, "__name__"):
+        return str(returns.__name__)
+    return repr(returns).replace("typing.", "")
 
 
 async def _invoke_mcp(

@@ -8,10 +8,16 @@ validates the model's input before the tool runs (see ``keel.activities.tool_run
 
 A worker imports the modules named with ``--tools`` (:func:`load_tool_modules`); importing a
 module registers its tools here.
+
+``@tool(runs_on="client")`` declares a client-side tool: its contract is the same (input from
+the type hints; output from the return annotation, which a result must match), but no worker
+runs its body. A client attached to the session runs it (``keel attach``, ``KeelClient
+.serve_tools``, both in ``keel.worker.client.client_tools``), from the same module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -20,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from keel.workflows.contracts import ToolSpec
+from keel.workflows.contracts import RunsOn, ToolSpec
 from keel.workflows.tool_policies import policies_of
 
 __all__ = [
@@ -118,6 +124,8 @@ class RegisteredTool:
         input_model: pydantic model of the tool's parameters (without ``ctx``).
         is_async: whether ``fn`` is a coroutine function.
         takes_context: whether ``fn`` takes a :class:`ToolContext` as first argument.
+        output: for a client-side tool, its declared output type (the return annotation;
+            ``Any`` without one), which a client's result must match.
     """
 
     fn: Callable[..., Any]
@@ -126,6 +134,7 @@ class RegisteredTool:
     input_model: type[BaseModel]
     is_async: bool
     takes_context: bool
+    output: TypeAdapter[Any] | None = None
 
 
 _REGISTRY: dict[str, RegisteredTool] = {}
@@ -142,6 +151,7 @@ def tool(
     timeout_s: float = 300.0,
     name: str | None = None,
     context: bool = False,
+    runs_on: RunsOn = "worker",
 ) -> Callable[[F], F]: ...
 
 
@@ -153,6 +163,7 @@ def tool(
     timeout_s: float = 300.0,
     name: str | None = None,
     context: bool = False,
+    runs_on: RunsOn = "worker",
 ) -> F | Callable[[F], F]:
     """Register a function as a tool; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -164,6 +175,10 @@ def tool(
         timeout_s: how long one call may run, enforced by the tool activity.
         name: the tool's name; defaults to the function's ``__name__``.
         context: pass a :class:`ToolContext` as the first positional argument, ``ctx``.
+        runs_on: ``"client"``: a client-side tool. No worker runs the body (it may be
+            ``...``); each call waits for a client attached to the session to run it on its
+            machine and return a result of the declared return type. ``timeout_s`` is then
+            how long the session waits for that result.
 
     Returns:
         The function itself, or a decorator when called with options.
@@ -174,7 +189,13 @@ def tool(
     """
 
     def decorate(func: F) -> F:
+        if runs_on not in ("worker", "client"):
+            raise ValueError(
+                f"tool {name or func.__name__!r}: runs_on is 'worker' or 'client', not {runs_on!r}"
+            )
         _register(func, name or func.__name__, requires_approval, timeout_s, context)
+        if runs_on == "client":
+            _client_side(name or func.__name__)
         return func
 
     if fn is not None:
@@ -316,6 +337,20 @@ def _register(
             f"(module {fn.__module__}) under the same name"
         )
     _REGISTRY[name] = entry
+
+
+def _client_side(name: str) -> None:
+    """Make a registered tool client-side: its spec says so, and it gets its output type."""
+    entry = _REGISTRY[name]
+    try:
+        returns = typing.get_type_hints(entry.fn, include_extras=True).get("return", Any)
+        output: TypeAdapter[Any] = TypeAdapter(returns)
+        output.json_schema()
+    except Exception as exc:  # noqa: BLE001 - pydantic raises several error types here
+        del _REGISTRY[name]  # not half registered: no worker may think it runs it
+        raise ValueError(f"tool {name!r}: cannot use its return annotation: {exc}") from exc
+    spec = entry.spec.model_copy(update={"runs_on": "client"})
+    _REGISTRY[name] = dataclasses.replace(entry, spec=spec, output=output)
 
 
 def _qualname(fn: Callable[..., Any]) -> str:

@@ -126,6 +126,9 @@ class ToolRequest(CompactModel):
         idempotency_key: ``<session id>/<toolUseId>``, the same on every run of this use.
         timeout_s: the tool's timeout, enforced by the activity.
         answers: answers to the questions this tool use asked so far, by question name.
+        client_output: for a client-side tool (``@tool(runs_on="client")``), what a client
+            delivered: the activity checks it against the tool's declared output type and
+            makes it the result, instead of running the tool.
     """
 
     session_id: str
@@ -133,6 +136,19 @@ class ToolRequest(CompactModel):
     idempotency_key: str
     timeout_s: float
     answers: dict[str, Any] = Field(default_factory=dict)
+    client_output: ClientOutput | None = None
+
+
+class ClientOutput(KeelModel):
+    """What a client delivered for a call of a client-side tool (``ClientResult``).
+
+    Attributes:
+        value: the tool's return value, as JSON.
+        error: set when the tool failed on the client.
+    """
+
+    value: Any = None
+    error: str | None = None
 
 
 class ToolQuestion(KeelModel):

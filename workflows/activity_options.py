@@ -49,6 +49,9 @@ MODEL_RETRY = RetryPolicy(
 # Tool exceptions and tool timeouts are turned into error toolResults inside the activity;
 # Temporal retries only when the activity itself is lost (worker crash, heartbeat timeout).
 TOOL_TIMEOUT_MARGIN = timedelta(seconds=30)
+# A client-side tool's result, checked by the tool activity against the tool's output type
+# (``keel.workflows.client_tools``): a quick check, and the store.
+CLIENT_CHECK_TIMEOUT_S = 60.0
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.25),
     backoff_coefficient=2.0,

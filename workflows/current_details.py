@@ -45,6 +45,10 @@ def current_details(
                 f"waiting for an answer: {interrupt.tool_use.name} asks {interrupt.name!r}, "
                 f"interrupt {interrupt.id}"
             )
+    for call in ledger.waiting_client_calls():
+        lines.append(
+            f"waiting for a client to run {call.tool_use.name} (keel attach), call {call.id}"
+        )
     if model_call is not None and turn is not None:
         lines.append(f"model call {model_call} of turn {turn}")
     running = sorted(set(tools))

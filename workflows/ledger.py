@@ -25,6 +25,8 @@ from pydantic import Field, field_serializer
 from temporalio import workflow
 
 from keel.workflows.contracts import (
+    ClientCall,
+    ClientCallStatus,
     Event,
     EventType,
     Interrupt,
@@ -48,6 +50,8 @@ CARRIED_CLOSED_INTERRUPTS = 50
 # remembers; the oldest leave first.
 UPDATE_IDS_KEPT = 200
 LIVE_TURN_STATUSES = frozenset({"queued", "running", "awaiting_human"})
+# A client call in one of these states has not ended.
+LIVE_CALL_STATUSES = frozenset({"waiting", "delivered"})
 
 
 class QueuedPrompt(KeelModel):
@@ -115,6 +119,8 @@ class Ledger(KeelModel):
             decided here, the decision is forwarded to the child.
         outbox: notifications not delivered yet (``SessionConfig.notify``): a run that
             continues-as-new hands them on and the next run posts them again.
+        client_calls: calls of client-side tools by id: those waiting for a client's
+            result or being checked, and recently ended ones (to answer a repeated delivery).
     """
 
     run: int = 1
@@ -143,6 +149,7 @@ class Ledger(KeelModel):
     ancestors: list[str] = Field(default_factory=list)
     mirrored: dict[str, str] = Field(default_factory=dict)
     outbox: list[Notification] = Field(default_factory=list)
+    client_calls: dict[str, ClientCall] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -366,6 +373,7 @@ class Ledger(KeelModel):
             message=None if cycle is None else cycle.message,
             running=[u for u in running if cycle and u.toolUseId not in cycle.results],
             interrupts=self.pending_interrupts(self.current_turn),
+            client_calls=self.waiting_client_calls(),
         )
 
     def _refresh_status(self, record: TurnRecord) -> None:
@@ -374,6 +382,66 @@ class Ledger(KeelModel):
             return
         record.interrupts = self.pending_interrupts(record.turn_id)
         record.status = "awaiting_human" if record.interrupts else "running"
+
+    # ------------------------------------------------------------------ client calls
+
+    def publish_client_call(self, call: ClientCall) -> None:
+        """Publish a call of a client-side tool: a client may now deliver its result."""
+        self.client_calls[call.id] = call
+        self.emit(
+            "client_call_published",
+            turn=call.turn,
+            cycle=call.cycle,
+            id=call.id,
+            tool=call.tool_use.name,
+            tool_use_id=call.tool_use.toolUseId,
+            expires_at=call.expires_at,
+        )
+
+    def deliver_client_result(
+        self,
+        call: ClientCall,
+        output: Any,
+        error: str | None,
+        client: str | None,
+        digest: str,
+    ) -> None:
+        """Take a client's result for a waiting call; a worker checks it next."""
+        call.status = "delivered"
+        call.output = output
+        call.error = error
+        call.client = client
+        call.result_digest = digest
+        self.emit(
+            "client_result_received",
+            turn=call.turn,
+            cycle=call.cycle,
+            id=call.id,
+            tool=call.tool_use.name,
+            tool_use_id=call.tool_use.toolUseId,
+            client=client,
+            failed=error is not None,
+        )
+
+    def end_client_call(
+        self, call: ClientCall, status: ClientCallStatus, note: str | None = None
+    ) -> None:
+        """A client call ended: its result is in the cycle now, or it has none.
+
+        What a repeated delivery is answered with stays (the digest, the status); the
+        delivered output leaves the ledger. Only the newest ended calls are kept.
+        """
+        call.status = status
+        call.note = note
+        call.output = None
+        call.error = None
+        ended = [k for k, c in self.client_calls.items() if c.status not in LIVE_CALL_STATUSES]
+        for key in ended[:-CARRIED_CLOSED_INTERRUPTS]:
+            del self.client_calls[key]
+
+    def waiting_client_calls(self) -> list[ClientCall]:
+        """Calls of client-side tools waiting for a client's result, oldest first."""
+        return [c for c in self.client_calls.values() if c.status == "waiting"]
 
     # ------------------------------------------------------------------ updates seen
 

@@ -8,7 +8,8 @@ the tool results only once every tool has finished, so the conversation never ho
 without its toolResult (S5).
 
 All state is the ``Ledger``; continue-as-new hands it whole to the next run, at safe points
-(between turns, between cycles, and while only people are awaited).
+(between turns, between cycles, and while only people, or clients running client-side
+tools, are awaited).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ with workflow.unsafe.imports_passed_through():
         CancelAck,
         CancelInput,
         ChildInterrupts,
+        ClientCallsView,
+        ClientResult,
+        ClientResultAck,
         CloseInput,
         Decision,
         InterruptAck,
@@ -226,6 +230,20 @@ class AgentSession:
     def child_interrupts(self, input: ChildInterrupts) -> None:
         """A sub-agent's session says its interrupts changed: a hint, never believed."""
         self._sub_agents.hint(input)
+
+    @workflow.update
+    def tool_result(self, input: ClientResult) -> ClientResultAck:
+        """A client's result for a published call of a client-side tool; a worker checks it."""
+        return self._gate.client_tools.take(input)
+
+    @tool_result.validator
+    def _validate_tool_result(self, input: ClientResult) -> None:
+        self._gate.client_tools.check(input)
+
+    @workflow.query
+    def client_calls(self) -> ClientCallsView:
+        """The calls of client-side tools that wait for a client to run them."""
+        return self._gate.client_tools.view()
 
     @workflow.query
     def state(self, input: StateQuery | None = None) -> SessionState:
@@ -527,11 +545,11 @@ class AgentSession:
         )
 
     def _can_park_for_approval(self) -> bool:
-        """Safe to continue-as-new mid-cycle: no tool in flight, only humans awaited."""
+        """Safe to continue-as-new mid-cycle: no tool in flight, only people or clients awaited."""
         return (
             not self._gate.tool_calls
             and not self._sub_agents.children
-            and bool(self._ledger.pending_interrupts())
+            and (bool(self._ledger.pending_interrupts()) or self._gate.client_tools.awaiting())
             and self._ledger.cancel_reason is None
             and self._history_full()
         )

@@ -3,7 +3,8 @@
 ``ToolGate.resolve`` produces one tool use's result: it runs the tool (as the activity
 ``keel.tool.run``, or a sub-agent's child session) or says why it did not run. A tool that
 needs a person's approval parks behind an interrupt the gate opens (S4); a tool that asks a
-question (``ctx.interrupt``) runs again with each answer.
+question (``ctx.interrupt``) runs again with each answer. A client-side tool's call is
+published for a client to run (``keel.workflows.client_tools``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         tool_start_to_close,
     )
     from keel.workflows.approvals import denial_text, needs_approval
+    from keel.workflows.client_tools import ClientTools
     from keel.workflows.contracts import (
         Interrupt,
         InterruptKind,
@@ -33,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.cycle import failure_text, stripped
     from keel.workflows.decisions import Decisions
+    from keel.workflows.handlers import UpdateAnswers
     from keel.workflows.ledger import Ledger, PendingCycle
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
@@ -61,6 +64,9 @@ class ToolGate:
         self._show_details = show_details
         # in flight in this run only: the tool activities by toolUseId (cancel stops them)
         self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
+        self.client_tools = ClientTools(
+            config, ledger, UpdateAnswers(ledger), self.tool_calls, show_details
+        )
 
     async def resolve(self, record: TurnRecord, pending: PendingCycle, use: ToolUse) -> None:
         """Produce one tool use's result: run it, or say why it did not run.
@@ -87,6 +93,8 @@ class ToolGate:
             refusal = denial_text(refused)
         if refusal is None and use.name in self._config.agents:
             result = await self._sub_agents.run(use)
+        elif refusal is None and spec is not None and spec.runs_on == "client":
+            result = await self.client_tools.run(record, pending, use, spec)
         elif refusal is None:
             assert spec is not None  # an unknown tool is refused above
             result = await self._run_until_answered(record, pending, use, spec)

@@ -25,6 +25,7 @@ from keel.activities.tools import load_tool_modules
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.payloads import DATA_CONVERTER
 from keel.workflows.contracts import (
+    ClientCall,
     Event,
     Interrupt,
     Notification,
@@ -91,6 +92,7 @@ RUN_LOCAL = {
     "_gate._decisions",
     "_gate._show_details",
     "_gate.tool_calls",
+    "_gate.client_tools",  # its calls are in the ledger, its checks are tool activities
 }
 
 
@@ -131,6 +133,20 @@ def every_field_set() -> Ledger:
         parent_session="parent-1",
         ancestors=["parent-1", "root-1"],
         mirrored={"i-child": "parent-1/helper-t1"},
+        client_calls={
+            "c1": ClientCall(
+                id="c1",
+                tool_use=use,
+                idempotency_key="s/u1",
+                turn=3,
+                cycle=2,
+                timeout_s=60,
+                expires_at="2026-01-01T00:01:00+00:00",
+                status="delivered",
+                result_digest="h" * 64,
+                output={"a": 1},
+            )
+        },
         outbox=[
             Notification(
                 key="s/turn/2#0", url="https://hooks.example/k", event={"id": "s/turn/2"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import ModuleType
 from typing import Any, Literal, TypeVar
 
 from temporalio.client import (
@@ -31,6 +32,7 @@ from temporalio.workflow import UpdateMethodMultiParam
 from keel.activities.store import ConversationStore
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.calls import SessionCaller
+from keel.worker.client.client_tools import ServedCall, ToolServer
 from keel.worker.client.errors import RequestRejected, WorkerWait
 from keel.worker.client.reading import SessionReader, SessionSummary
 from keel.worker.client.streams import ModelStream, TextChunk
@@ -41,6 +43,8 @@ from keel.workflows.contracts import (
     Answer,
     CancelAck,
     CancelInput,
+    ClientCall,
+    ClientResultAck,
     CloseInput,
     Decision,
     Event,
@@ -384,6 +388,69 @@ class KeelClient:
         await self.caller.call(
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
+        )
+
+    # Client-side tools (``@tool(runs_on="client")``): see ``keel.worker.client.client_tools``.
+
+    async def serve_tools(
+        self,
+        session_id: str,
+        modules: Sequence[str | ModuleType],
+        *,
+        poll_s: float = 0.5,
+        client: str | None = None,
+        stop_after: int | None = None,
+        on_call: Callable[[ServedCall], None] | None = None,
+    ) -> int:
+        """Run the session's calls of client-side tools in this process, until it ends.
+
+        What ``keel attach SESSION --tools MODULE`` does: ask the session for waiting calls,
+        run those of the tools ``modules`` define as ``@tool(runs_on="client")``, and deliver
+        each result (``tool_result``). Cancel the task to stop; the calls left wait for the
+        next client. See ``ToolServer.serve``.
+
+        Returns:
+            How many calls were served (once the session ended, or ``stop_after`` were).
+        """
+        return await ToolServer(self.caller).serve(
+            session_id,
+            modules,
+            poll_s=poll_s,
+            client=client,
+            stop_after=stop_after,
+            on_call=on_call,
+        )
+
+    async def client_calls(self, session_id: str) -> list[ClientCall]:
+        """The calls of client-side tools that wait for a client, oldest first."""
+        return await ToolServer(self.caller).waiting(session_id)
+
+    async def tool_result(
+        self,
+        session_id: str,
+        call_id: str,
+        idempotency_key: str,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        client: str | None = None,
+        update_id: str | None = None,
+    ) -> ClientResultAck:
+        """Deliver a client-side tool's result (the validated ``tool_result`` update).
+
+        Raises:
+            RequestRejected: the call is unknown, ended or timed out, the key is not the
+                call's, or the result is not JSON or too large; nothing was written to the
+                session's history. See ``ToolServer.deliver``.
+        """
+        return await ToolServer(self.caller).deliver(
+            session_id,
+            call_id,
+            idempotency_key,
+            output=output,
+            error=error,
+            client=client,
+            update_id=update_id,
         )
 
     async def _update(
