@@ -202,7 +202,7 @@ def test_tour_crash_and_resume(tmp_path: Path) -> None:
     env = user_env(tmp_path / "home")
     calls = tmp_path / "model-calls.jsonl"
     env["KEEL_SCRIPTED_LOG"] = str(calls)  # every request the scripted model receives
-    run, watch, show = tour("crash")
+    run, wait, show = tour("crash")
     assert run.startswith("keel run --session crash")
 
     first = subprocess.Popen(
@@ -229,9 +229,10 @@ def test_tour_crash_and_resume(tmp_path: Path) -> None:
     hello = tmp_path / "home" / "workspace" / "hello.txt"
     assert hello.read_text() == "Hello from a Keel agent that survived a crash.\n"
 
-    resumed = sh(watch, env)
+    resumed = sh(wait, env)
     assert resumed.returncode == 0, resumed.stderr
-    assert re.search(r"turn_ended +completed \(end_turn\)", resumed.stdout), resumed.stdout
+    assert "turn 1 completed (end_turn)" in resumed.stderr, resumed.stderr
+    assert "Done: hello.txt is written" in resumed.stdout, resumed.stdout
     assert len(calls.read_text().splitlines()) == 3  # the lost call was made again, once
 
     shown = sh(show, env)

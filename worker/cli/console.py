@@ -63,8 +63,13 @@ def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
     }
 
 
-def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
-    """Show pending interrupts to a person, with the commands that decide them."""
+def print_interrupts(
+    session: str, interrupts: Sequence[Interrupt], extra: Sequence[str] = ()
+) -> None:
+    """Show pending interrupts to a person, with the commands that decide them.
+
+    ``extra``: words the commands need after their arguments (``--mcp NAME=COMMAND``).
+    """
     for interrupt in interrupts:
         use = interrupt.tool_use
         if interrupt.kind == "question":
@@ -76,22 +81,26 @@ def print_interrupts(session: str, interrupts: Sequence[Interrupt]) -> None:
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
         if interrupt.note:  # a sub-agent's session refused the last decision given here
             print(f"  note:  {interrupt.note}")
-        for line in decide_commands(session, interrupt):
+        for line in decide_commands(session, interrupt, extra):
             print(f"  {line}")
 
 
-def decide_commands(session: str, interrupt: Interrupt) -> list[str]:
+def decide_commands(session: str, interrupt: Interrupt, extra: Sequence[str] = ()) -> list[str]:
     """The commands that decide an interrupt, quoted for a shell (see ``keel.worker.shell``)."""
     if interrupt.kind == "question":
-        return [command("keel", "respond", session, interrupt.id, "<answer: JSON or text>")]
+        answer = "<answer: JSON or text>"
+        return [command("keel", "respond", session, interrupt.id, answer, *extra)]
     return [
-        command("keel", "approve", session, interrupt.id),
-        command("keel", "deny", session, interrupt.id) + " --reason '...'",
+        command("keel", "approve", session, interrupt.id, *extra),
+        command("keel", "deny", session, interrupt.id, *extra) + " --reason '...'",
     ]
 
 
-def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
-    """Print a turn result; returns the exit code."""
+def print_turn(session: str, record: TurnRecord, as_json: bool, extra: Sequence[str] = ()) -> int:
+    """Print a turn result; returns the exit code.
+
+    ``extra``: words the commands printed need after their arguments (see ``print_interrupts``).
+    """
     from keel.workflows.cycle import text_of
 
     if as_json:
@@ -102,7 +111,7 @@ def print_turn(session: str, record: TurnRecord, as_json: bool) -> int:
             print(answer)
         elif record.status == "completed" and record.output is None:
             print(EMPTY_REPLY)
-        print_interrupts(session, record.interrupts)
+        print_interrupts(session, record.interrupts, extra)
         if record.status not in ("completed", "awaiting_human"):
             print(
                 f"turn {record.turn_id} of session {session} {record.status}"
@@ -117,15 +126,57 @@ def detached_json(session: str, turn_id: int) -> dict[str, Any]:
     return {"session": session, "workflow_id": session, "turn": turn_id, "status": "running"}
 
 
-def print_where(session: str) -> None:
-    """Tell on stderr which session a turn ran in, and the commands that go on with it."""
+def print_where(session: str, *, closed: bool = False, extra: Sequence[str] = ()) -> None:
+    """Tell on stderr which session a turn ran in, and the commands that go on with it.
+
+    Args:
+        session: the session.
+        closed: the session takes no more turns (a scheduled job's, after its one turn):
+            only ``keel show`` is offered.
+        extra: words ``keel run`` needs after ``--session ID`` (``--mcp NAME=COMMAND``).
+    """
+    show = (command("keel", "show", session), "the conversation and its usage")
+    if closed:
+        print(f"session {session} is closed; see it with: {show[0]}", file=sys.stderr)
+        return
     commands = [
-        (command("keel", "run", "--session", session) + " PROMPT", "the next turn"),
+        (command("keel", "run", "--session", session, *extra) + " PROMPT", "the next turn"),
         (command("keel", "watch", session), "follow it live"),
-        (command("keel", "show", session), "the conversation and its usage"),
+        show,
     ]
     width = max(len(line) for line, _ in commands)
     print(f"session {session}; go on with:", file=sys.stderr)
+    for line, what in commands:
+        print(f"  {line.ljust(width)}  {what}", file=sys.stderr)
+
+
+def print_interrupted(
+    session: str, turn_id: int | None, *, embedded: bool, extra: Sequence[str] = ()
+) -> None:
+    """Tell on stderr, after Ctrl-C, that the turn goes on and the commands that reach it.
+
+    Args:
+        session: the session.
+        turn_id: the turn followed; None when Ctrl-C came before the session took it.
+        embedded: the command ran the Temporal server itself, which stopped with it: the
+            turn goes on when the next command runs here.
+        extra: words ``keel wait`` and ``keel cancel`` need (``--mcp NAME=COMMAND``).
+    """
+    turn = f"turn {turn_id}" if turn_id is not None else "the turn"
+    where = (
+        "goes on when the next keel command runs in this folder"
+        if embedded
+        else "goes on in the background"
+    )
+    commands = [
+        (command("keel", "wait", session, *extra), "prints its result"),
+        (command("keel", "cancel", session, *extra), "stops it"),
+    ]
+    width = max(len(line) for line, _ in commands)
+    from keel.worker.cli.follow import end_streamed_line
+
+    end_streamed_line(sys.stderr)  # not after a model's streamed text
+    print(f"keel: interrupted; {turn} of session {session} {where}:", file=sys.stderr)
     for line, what in commands:
         print(f"  {line.ljust(width)}  {what}", file=sys.stderr)
 

@@ -69,16 +69,20 @@ def waiting_flags(cmd: argparse.ArgumentParser) -> None:
     )
 
 
-def mcp_flag(cmd: argparse.ArgumentParser) -> None:
-    """``--mcp NAME=COMMAND`` or ``--mcp NAME=URL``, repeatable: the worker's MCP servers."""
-    cmd.add_argument(
-        "--mcp",
-        action="append",
-        default=[],
-        metavar="NAME=COMMAND|URL",
-        help="an MCP server for the worker: a stdio command or a streamable-HTTP URL "
-        "(repeatable; its tools keep their names, --tools mcp:NAME limits a session to it)",
+def mcp_flag(cmd: argparse.ArgumentParser, *, embedded: bool = False) -> None:
+    """``--mcp NAME=COMMAND`` or ``--mcp NAME=URL``, repeatable: the worker's MCP servers.
+
+    ``embedded``: the command has a worker only when it embeds the server (``keel approve``
+    and the other commands that go on with a turn), for a session that uses MCP servers.
+    """
+    text = (
+        "an MCP server for the worker this command runs when it embeds Temporal, for a "
+        "session that uses one (repeatable; as given to keel run)"
+        if embedded
+        else "an MCP server for the worker: a stdio command or a streamable-HTTP URL "
+        "(repeatable; its tools keep their names, --tools mcp:NAME limits a session to it)"
     )
+    cmd.add_argument("--mcp", action="append", default=[], metavar="NAME=COMMAND|URL", help=text)
 
 
 def key_flag(cmd: argparse.ArgumentParser) -> None:

@@ -10,12 +10,13 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Coroutine
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_WAITING,
     interrupt_json,
@@ -27,7 +28,6 @@ from keel.worker.cli.console import (
 )
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
-    from keel.worker.server.connection import TemporalConnection
     from keel.worker.settings import Settings
     from keel.workflows.contracts import SessionState
 
@@ -37,12 +37,10 @@ T = TypeVar("T")
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
     from keel.worker.cli.follow import tokens_text
-    from keel.worker.cli.session_access import existing_session
+    from keel.worker.cli.session_access import reading_session
 
-    async with existing_session(
-        settings, args.session, writes=False, wait_for_worker=False
-    ) as keel:
-        state = await keel.state(args.session)
+    async with reading_session(settings, args.session, wait_for_worker=False) as access:
+        state = await access.keel.state(args.session)
     if args.json:
         print(json.dumps(show_json(state)))
         return EXIT_OK
@@ -74,12 +72,10 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     """``keel pending``: the interrupts a session waits on, and its running tools."""
-    from keel.worker.cli.session_access import existing_session
+    from keel.worker.cli.session_access import reading_session
 
-    async with existing_session(
-        settings, args.session, writes=False, wait_for_worker=False
-    ) as keel:
-        view = await keel.pending(args.session)
+    async with reading_session(settings, args.session, wait_for_worker=False) as access:
+        view = await access.keel.pending(args.session)
     if args.json:
         out = view.model_dump(mode="json", exclude={"interrupts"})
         out["interrupts"] = [interrupt_json(i) for i in view.interrupts]
@@ -96,10 +92,13 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     """``keel watch``: print a session's events as they happen.
 
     Runs until Ctrl-C or the session closes (exit 0); with ``--until-idle``, until no turn
-    runs or is queued (exit 0) or a turn waits for a human (exit 3).
+    runs or is queued (exit 0) or a turn waits for a human (exit 3). It only reads: with a
+    Temporal of its own (embedded), nothing runs a turn that is not finished, which it says
+    (with ``--until-idle``: exit 1, once the events so far are printed).
     """
     from keel.worker.cli.follow import Follower
-    from keel.worker.cli.session_access import existing_session
+    from keel.worker.cli.session_access import reading_session
+    from keel.worker.shell import command
 
     waiting = False
 
@@ -110,7 +109,23 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
         waiting = any(t.status == "awaiting_human" for t in state.turns)
         return waiting or all(t.status not in ("queued", "running") for t in state.turns)
 
-    async with existing_session(settings, args.session, writes=False, wait_for_worker=True) as keel:
+    async with reading_session(settings, args.session, wait_for_worker=True) as access:
+        keel = access.keel
+        stop: Callable[[SessionState], bool] = idle
+        stalled: str | None = None
+        if access.embedded:  # nothing else runs here: a turn not finished stays so
+            now = await keel.state(args.session, events_since=sys.maxsize, include_messages=False)
+            unfinished = [t.turn_id for t in now.turns if t.status in ("queued", "running")]
+            if unfinished:
+                stalled = (
+                    f"turn {unfinished[0]} of session {args.session} is not finished, and this "
+                    "command only reads: it goes on with "
+                    f"`{command('keel', 'wait', args.session)}`"
+                )
+                if args.until_idle:  # the events so far, then say so
+                    stop = _caught_up(now.event_count)
+                else:
+                    print(f"keel: note: {stalled}", file=sys.stderr, flush=True)
         follower = Follower(
             keel,
             args.session,
@@ -119,31 +134,18 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
             style="json" if args.json else "events",
             stream_text=not args.json,
         )
-        await _until_ctrl_c(follower.follow(idle))
+        await _until_ctrl_c(follower.follow(stop))
         if follower.text is not None:
             follower.text.end_line()
+    if stalled is not None and args.until_idle:
+        print(f"keel: {stalled}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_WAITING if waiting else EXIT_OK
 
 
-@asynccontextmanager
-async def _query_worker(connection: TemporalConnection) -> AsyncIterator[None]:
-    """With an embedded server, a worker that answers queries (workflows only, no tools)."""
-    from temporalio.worker import Worker
-
-    from keel.worker.process.sandbox import sandbox_runner
-    from keel.workflows.session import AgentSession
-
-    if not connection.embedded:
-        yield
-        return
-    worker = Worker(
-        connection.client,
-        task_queue=connection.settings.task_queue,
-        workflows=[AgentSession],
-        workflow_runner=sandbox_runner(),
-    )
-    async with worker:
-        yield
+def _caught_up(events: int) -> Callable[[SessionState], bool]:
+    """A ``Follower.follow`` stop: once the first ``events`` events have been printed."""
+    return lambda state: state.event_count >= events
 
 
 async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
@@ -155,7 +157,7 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
-    async with open_connection(settings) as connection, _query_worker(connection):
+    async with open_connection(settings) as connection, connection.reader():
         keel = KeelClient(
             connection.client, settings.task_queue, open_store(settings.store, settings.keyring())
         )

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
+from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
 from keel.worker.cli.follow import end_streamed_line
 from keel.worker.cli.run_inputs import UsageError
-from keel.worker.client.errors import WorkerWait
+from keel.worker.client.errors import SessionNotFound, WorkerWait
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.server.connection import TemporalConnection, lasting_server, open_connection
 from keel.worker.settings import Settings
@@ -66,11 +68,33 @@ def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> Kee
     )
 
 
+@dataclass
+class SessionAccess:
+    """What a command that acts on a session holds while it runs.
+
+    Attributes:
+        keel: the client.
+        embedded: the command runs the Temporal server (and the worker) itself, which stop
+            with it: a turn it leaves goes on when the next command runs here.
+    """
+
+    keel: KeelClient
+    embedded: bool
+
+
 @asynccontextmanager
 async def existing_session(
-    settings: Settings, session: str, *, writes: bool, wait_for_worker: bool
-) -> AsyncIterator[KeelClient]:
+    settings: Settings,
+    session: str,
+    *,
+    writes: bool,
+    wait_for_worker: bool,
+    mcp: Sequence[McpServerConfig] = (),
+) -> AsyncIterator[SessionAccess]:
     """A client for an existing session, with a worker when the server is embedded.
+
+    The worker loads the session's tool modules, and connects ``mcp`` for its ``mcp:NAME``
+    sources; a command that only reads uses ``reading_session`` instead.
 
     Args:
         settings: process settings.
@@ -78,26 +102,62 @@ async def existing_session(
         writes: the command changes the session, so it must still run.
         wait_for_worker: the command follows the session: keep asking when no worker
             answers, instead of failing.
+        mcp: the MCP servers of ``--mcp``, for the worker of an embedded server.
 
     Raises:
+        NoServerFound: no Temporal is known here (no database either).
         SessionNotFound: no such session.
         SessionClosed: ``writes``, and the session has ended.
         NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
+        UsageError: ``mcp`` with a Temporal of one's own, or an embedded server and a
+            session whose MCP servers ``mcp`` does not name.
     """
     async with open_connection(settings) as connection:
+        if mcp and not connection.embedded:
+            raise UsageError(
+                "--mcp configures the worker a command embeds; with a Temporal of your own "
+                "(TEMPORAL_ADDRESS, or keel dev), give --mcp to keel worker or keel dev"
+            )
         keel = keel_client(connection, wait_for_worker=wait_for_worker)
         if writes:
             await keel.check_open(session)
         config = await keel.config(session)
-        mcp = [m for m in config.tool_modules if m.startswith("mcp:")]
-        if connection.embedded and mcp:
+        given = {server.name for server in mcp}
+        missing = [m for m in config.tool_modules if m.startswith("mcp:") and m[4:] not in given]
+        if connection.embedded and missing:
             raise UsageError(
-                f"session {session!r} uses MCP servers ({', '.join(mcp)}), which this command's "
-                "own worker does not have: run `keel dev --mcp NAME=...` in another terminal "
-                "and try again"
+                f"session {session!r} uses MCP servers ({', '.join(missing)}), which this "
+                "command's own worker does not have: give it --mcp NAME=COMMAND|URL for each, "
+                "as to keel run, or run `keel dev --mcp NAME=...` in another terminal"
             )
         if not wait_for_worker and not connection.embedded:
             await keel.check_worker(session)
         queue = await keel.session_task_queue(session)
-        async with connection.worker(config.tool_modules, task_queue=queue):
-            yield keel
+        async with connection.worker(config.tool_modules, task_queue=queue, mcp_servers=mcp):
+            yield SessionAccess(keel, connection.embedded)
+
+
+@asynccontextmanager
+async def reading_session(
+    settings: Settings, session: str, *, wait_for_worker: bool
+) -> AsyncIterator[SessionAccess]:
+    """A client that reads an existing session: ``keel show``, ``pending``, ``watch``.
+
+    Reading imports no tool and connects no MCP server. With an embedded server, a worker of
+    workflows only answers the queries (the session's tools and model calls wait for a
+    command that runs turns: ``keel wait``, ``approve``, ``run``).
+
+    Raises:
+        NoServerFound: no Temporal is known here (no database either).
+        SessionNotFound: no such session.
+        NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
+    """
+    async with open_connection(settings) as connection:
+        keel = keel_client(connection, wait_for_worker=wait_for_worker)
+        if await keel.status(session) is None:
+            raise SessionNotFound(f"no session {session!r}")
+        if not wait_for_worker and not connection.embedded:
+            await keel.check_worker(session)
+        queue = await keel.session_task_queue(session)
+        async with connection.reader(task_queue=queue):
+            yield SessionAccess(keel, connection.embedded)

@@ -24,15 +24,19 @@ from keel.worker.cli.console import (
     detached_json,
     parse_answer,
     print_detached,
+    print_interrupted,
     print_turn,
     print_where,
 )
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from contextlib import AbstractAsyncContextManager
+
+    from keel.worker.cli.session_access import SessionAccess
     from keel.worker.client.keel_client import KeelClient
     from keel.worker.settings import Settings
     from keel.worker.signing import ApproverKey
-    from keel.workflows.contracts import SessionConfig
+    from keel.workflows.contracts import Condition, SessionConfig
     from keel.workflows.messages import Message
 
 
@@ -109,28 +113,31 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if args.detach:
             return await _detach(keel, session, prompt, config, messages, args)
         queue = await keel.session_task_queue(session)
+        embedded = connection.embedded
         async with connection.worker(modules, task_queue=queue, mcp_servers=servers):
             try:
                 since = 0 if config is not None else await keel.event_count(session)
                 ack = await keel.prompt(session, prompt, config=config, messages=messages)
-                out = _progress_out(args)
-                if out is not None and ack.queued_behind:
-                    print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
-                code = await _finish_turn(keel, session, ack.turn_id, since, args)
-            except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
-                if not args.json:
-                    print_where(session)
+            except asyncio.CancelledError:  # Ctrl-C: the prompt may have been taken
+                print_interrupted(session, None, embedded=embedded, extra=_mcp_words(args))
                 raise
+            out = _progress_out(args)
+            if out is not None and ack.queued_behind:
+                print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
+            code = await _finish_turn(keel, session, ack.turn_id, since, args, embedded=embedded)
             if not args.json:
-                print_where(session)
+                print_where(session, closed=await _closed(keel, session), extra=_mcp_words(args))
             return code
 
 
 def _say_created(data_dir: Path) -> None:
     """Say on stderr that ``keel run`` keeps this folder's sessions in a new data directory."""
+    from keel.worker.shell import command
+
     print(
         f"keel: note: no Temporal known here, so keel runs its own, keeping the sessions in "
-        f"{data_dir} (new); keel commands run in this folder find them there",
+        f"{data_dir} (new); keel commands find them from this folder, or with "
+        f"{command(f'KEEL_HOME={data_dir}')}",
         file=sys.stderr,
         flush=True,
     )
@@ -172,18 +179,19 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from keel.worker.cli.run_inputs import UsageError
-    from keel.worker.cli.session_access import existing_session
 
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
-    async with existing_session(settings, args.session, writes=False, wait_for_worker=True) as keel:
+    async with _acting(settings, args, writes=False) as access:
+        keel = access.keel
         state = await keel.state(args.session, events_since=sys.maxsize, include_messages=False)
         if not state.turns:
             raise UsageError(f"session {args.session!r} has no turn to wait for")
         turn_id = max(t.turn_id for t in state.turns)
         try:
             code = await asyncio.wait_for(
-                _finish_turn(keel, args.session, turn_id, 0, args), args.timeout
+                _finish_turn(keel, args.session, turn_id, 0, args, embedded=access.embedded),
+                args.timeout,
             )
         except TimeoutError:
             print(
@@ -192,63 +200,97 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                 file=sys.stderr,
             )
             return EXIT_TIMEOUT
+        closed = await _closed(keel, args.session)
     if not args.json:
-        print_where(args.session)
+        print_where(args.session, closed=closed, extra=_mcp_words(args))
     return code
 
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
-    from keel.worker.cli.session_access import existing_session
-
-    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
-        since = await keel.event_count(args.session)
-        ack = await keel.cancel(args.session, args.reason)
-        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+    async with _acting(settings, args, writes=True) as access:
+        since = await access.keel.event_count(args.session)
+        ack = await access.keel.cancel(args.session, args.reason)
+        return await _finish_turn(
+            access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
+        )
 
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
-    from keel.worker.cli.session_access import existing_session
-
     key = _approver_key(args)  # a bad key file fails before anything is sent
-    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
-        since = await keel.event_count(args.session)
-        ack = await keel.decide(
+    async with _acting(settings, args, writes=True) as access:
+        since = await access.keel.event_count(args.session)
+        ack = await access.keel.decide(
             args.session,
             args.id,
             args.decision,
             reason=args.reason,
             approver=_approver(args),
             key=key,
+            always=getattr(args, "always", False) or getattr(args, "always_when", None) is not None,
+            always_when=_always_when(args),
         )
-        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+        return await _finish_turn(
+            access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
+        )
 
 
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
-    from keel.worker.cli.session_access import existing_session
-
     value = parse_answer(args.value)
     key = _approver_key(args)
-    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
+    async with _acting(settings, args, writes=True) as access:
+        keel = access.keel
         since = await keel.event_count(args.session)
         ack = await keel.respond(args.session, args.id, value, responder=_approver(args), key=key)
-        return await _finish_turn(keel, args.session, ack.turn_id, since, args)
+        return await _finish_turn(
+            keel, args.session, ack.turn_id, since, args, embedded=access.embedded
+        )
 
 
 async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
     """``keel steer``: add guidance to the turn in progress."""
     from keel.worker.cli.run_inputs import UsageError
-    from keel.worker.cli.session_access import existing_session
 
     text = " ".join(args.text).strip()
     if not text:
         raise UsageError("the steering text is empty")
-    async with existing_session(settings, args.session, writes=True, wait_for_worker=True) as keel:
-        ack = await keel.steer(args.session, text)
+    async with _acting(settings, args, writes=True) as access:
+        ack = await access.keel.steer(args.session, text)
     print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
     return EXIT_OK
+
+
+def _acting(
+    settings: Settings, args: argparse.Namespace, *, writes: bool
+) -> AbstractAsyncContextManager[SessionAccess]:
+    """The session of a command that acts on it (and follows its turn), with ``--mcp``."""
+    from keel.worker.cli.run_inputs import mcp_servers
+    from keel.worker.cli.session_access import existing_session
+
+    return existing_session(
+        settings, args.session, writes=writes, wait_for_worker=True, mcp=mcp_servers(args.mcp)
+    )
+
+
+def _mcp_words(args: argparse.Namespace) -> list[str]:
+    """The ``--mcp`` flags a command was given, for the commands it prints to go on with.
+
+    Given only to a command that embeds its server: its successor embeds one too.
+    """
+    return [word for spec in args.mcp for word in ("--mcp", spec)]
+
+
+async def _closed(keel: KeelClient, session: str) -> bool:
+    """Whether the session takes no more turns (a scheduled job's, once its one turn ended)."""
+    from keel.worker.client.errors import SessionNotFound
+
+    try:
+        state = await keel.state(session, events_since=sys.maxsize, include_messages=False)
+    except SessionNotFound:
+        return True
+    return state.status in ("closing", "closed")
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:
@@ -277,6 +319,24 @@ async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def _always_when(args: argparse.Namespace) -> list[Condition]:
+    """The tests of ``--always-when`` (which implies ``--always``).
+
+    Raises:
+        UsageError: they do not read as tests.
+    """
+    text = getattr(args, "always_when", None)
+    if text is None:
+        return []
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.workflows.standing import parse_conditions
+
+    try:
+        return parse_conditions(text)
+    except ValueError as err:
+        raise UsageError(f"--always-when: {err}") from None
+
+
 def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
     """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
     from keel.worker.signing import ApproverKey
@@ -290,7 +350,13 @@ def _approver(args: argparse.Namespace) -> str:
 
 
 async def _finish_turn(
-    keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
+    keel: KeelClient,
+    session: str,
+    turn_id: int,
+    since: int,
+    args: argparse.Namespace,
+    *,
+    embedded: bool,
 ) -> int:
     """Follow a turn until it settles, asking for approvals when a person is there; print it.
 
@@ -298,12 +364,28 @@ async def _finish_turn(
     prints it. When the turn waits for approval and the terminal is interactive, each
     pending interrupt is shown and decided by the person's answer, and following goes on
     until the turn ends or waits again. No answer (end of input, Ctrl-C) leaves the
-    interrupt pending: exit 3.
+    interrupt pending: exit 3. Ctrl-C while following says that the turn goes on, and the
+    commands that reach it (``embedded``: this command ran the server, see
+    ``print_interrupted``).
     """
+    import asyncio
+
+    try:
+        return await _follow_turn(keel, session, turn_id, since, args)
+    except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
+        print_interrupted(session, turn_id, embedded=embedded, extra=_mcp_words(args))
+        raise
+
+
+async def _follow_turn(
+    keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
+) -> int:
+    """``_finish_turn``'s work."""
     from keel.worker.cli.follow import Follower
     from keel.worker.client.errors import RequestRejected
 
     out = _progress_out(args)
+    extra = _mcp_words(args)
     follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
     record = await follower.turn_settled(turn_id)
     refused: set[str] = set()
@@ -316,7 +398,8 @@ async def _finish_turn(
                 if interrupt.kind == "question":
                     value = await ask_question(interrupt)
                     if value is None:
-                        return print_turn(session, await keel.turn(session, turn_id), False)
+                        record = await keel.turn(session, turn_id)
+                        return print_turn(session, record, False, extra)
                     await keel.respond(
                         session,
                         interrupt.id,
@@ -327,7 +410,7 @@ async def _finish_turn(
                     continue
                 answer = await ask_decision(interrupt)
                 if answer is None:
-                    return print_turn(session, await keel.turn(session, turn_id), False)
+                    return print_turn(session, await keel.turn(session, turn_id), False, extra)
                 decision, reason = answer
                 await keel.decide(
                     session,
@@ -341,7 +424,7 @@ async def _finish_turn(
                 print(f"keel: {err}", file=sys.stderr)
                 refused.add(interrupt.id)
         record = await follower.turn_settled(turn_id)
-    return print_turn(session, record, args.json)
+    return print_turn(session, record, args.json, extra)
 
 
 def add_parser(sub: flags.Subparsers) -> None:
@@ -391,6 +474,7 @@ def _add_wait(sub: flags.Subparsers) -> None:
         "--timeout", type=float, metavar="SECONDS", help="give up after this long (exit 124)"
     )
     flags.waiting_flags(wait)
+    flags.mcp_flag(wait, embedded=True)
     wait.set_defaults(handler=cmd_wait)
 
 
@@ -402,8 +486,20 @@ def _add_decisions(sub: flags.Subparsers) -> None:
         cmd.add_argument("id", help="the interrupt id (see keel pending)")
         cmd.add_argument("--reason", help="why; the model sees it when denied")
         cmd.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
+        if name == "approve":
+            cmd.add_argument(
+                "--always",
+                action="store_true",
+                help="also approve the tool's later calls in this session (see keel policy)",
+            )
+            cmd.add_argument(
+                "--always-when",
+                metavar="TESTS",
+                help='--always, for calls whose input passes TESTS: path startswith "docs/"',
+            )
         flags.key_flag(cmd)
         flags.waiting_flags(cmd)
+        flags.mcp_flag(cmd, embedded=True)
         cmd.set_defaults(handler=cmd_decide, decision=decision)
 
     answer = sub.add_parser("respond", help="answer a tool's question, then wait like run")
@@ -413,6 +509,7 @@ def _add_decisions(sub: flags.Subparsers) -> None:
     answer.add_argument("--approver", help="your identity (default: KEEL_APPROVER or user name)")
     flags.key_flag(answer)
     flags.waiting_flags(answer)
+    flags.mcp_flag(answer, embedded=True)
     answer.set_defaults(handler=cmd_respond)
 
 
@@ -433,10 +530,12 @@ def _add_guidance(sub: flags.Subparsers) -> None:
     steer = sub.add_parser("steer", help="add guidance to the turn in progress")
     steer.add_argument("session", type=flags.session_id)
     steer.add_argument("text", nargs="+")
+    flags.mcp_flag(steer, embedded=True)
     steer.set_defaults(handler=cmd_steer)
 
     cancel = sub.add_parser("cancel", help="cancel the running turn of a session")
     cancel.add_argument("session", type=flags.session_id)
     cancel.add_argument("--reason", default="cancelled by user")
     flags.waiting_flags(cancel)
+    flags.mcp_flag(cancel, embedded=True)
     cancel.set_defaults(handler=cmd_cancel)

@@ -21,12 +21,15 @@ import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
+from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable, read_record
 from keel.worker.settings import ClientOptions, ConfigError, Settings
+from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,25 @@ class TemporalConnection:
                 settings=self.settings,
             ):
                 yield
+
+    @asynccontextmanager
+    async def reader(self, *, task_queue: str | None = None) -> AsyncIterator[None]:
+        """With an embedded server, a worker that answers queries while the block runs.
+
+        It runs the session workflow only: no activity, no tool module imported, no MCP
+        server; what a turn would run waits for a worker that has them.
+        """
+        if self.server is None:
+            yield
+            return
+        worker = Worker(
+            self.client,
+            task_queue=task_queue or self.settings.task_queue,
+            workflows=[AgentSession],
+            workflow_runner=sandbox_runner(),
+        )
+        async with worker:
+            yield
 
 
 def client_options(settings: Settings) -> ClientOptions:

@@ -463,7 +463,7 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["run", "--model", "gpt5:turbo", "hi"], "keel: unknown model spec 'gpt5:turbo'"),
     (["worker", "--max-concurrent-activities", "many"], "keel: --max-concurrent-activities"),
     (["worker", "--bogus"], "unrecognized arguments: --bogus"),
-    (["dev", "--port", "x"], "keel dev: argument --port: invalid int value: 'x'"),
+    (["dev", "--port", "x"], "keel dev: argument --port: 'x' is not a port (a number from 1"),
     (["approve", "s1"], "keel approve: the following arguments are required: id"),
     (["deny"], "keel deny: the following arguments are required: session, id"),
     (["respond", "s1", "i1"], "keel respond: the following arguments are required: value"),

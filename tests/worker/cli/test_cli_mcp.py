@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -42,7 +43,11 @@ def _script(tmp_path: Path) -> str:
     asked = tool_use("t1", "get_current_time", timezone="Europe/Paris")
     return write_script(
         tmp_path / "time.json",
-        [respond(text("asking the clock"), asked, stop="tool_use"), respond(text("it is late"))],
+        [
+            respond(text("asking the clock"), asked, stop="tool_use"),
+            respond(text("it is late")),
+            respond(text("still late")),
+        ],
     )
 
 
@@ -50,17 +55,27 @@ def test_embedded_run_offers_an_mcp_servers_tools(tmp_path: Path) -> None:
     log = tmp_path / "model.jsonl"
     env = keel_env(KEEL_HOME=str(tmp_path / "home"), KEEL_SCRIPTED_LOG=str(log))
     done = keel(
-        "run", "--json", "--session", "clock", "--model", _script(tmp_path),
+        "run", "--session", "clock", "--model", _script(tmp_path),
         "--mcp", TIME, "--tools", "mcp:time", "what time is it in Paris?",
         env=env, cwd=tmp_path, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["status"] == "completed"
+    assert done.returncode == 0 and done.stdout == "it is late\n", done.stderr
     assert _ran_on_the_server(_time_result(log)), _time_result(log)
+    # reading needs no worker: no tool imported, no MCP server started
     shown = keel("show", "clock", "--json", env=env, cwd=tmp_path, timeout=120)
-    # the session's own worker is gone; show needs no tool, and still knows the session used MCP
-    assert shown.returncode == 2 and "keel dev --mcp" in shown.stderr, shown.stderr
-    assert "Traceback" not in shown.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["messages"][-1]["content"] == [{"text": "it is late"}]
+    # the next turn, as keel run offered it: with the MCP server its own worker needs
+    lines = done.stderr.splitlines()
+    [offered] = [line.split("  ")[1] for line in lines if line.startswith("  keel run ")]
+    assert offered == f"keel run --session clock --mcp '{TIME}' PROMPT", done.stderr
+    words = ["later?" if w == "PROMPT" else w for w in shlex.split(offered)[1:]]
+    again = keel(*words, env=env, cwd=tmp_path, timeout=120)
+    assert again.returncode == 0 and again.stdout == "still late\n", again.stderr
+    # a command that runs turns without it says what it lacks
+    waited = keel("wait", "clock", env=env, cwd=tmp_path, timeout=120)
+    assert waited.returncode == 2 and "give it --mcp NAME=COMMAND|URL" in waited.stderr
+    assert "Traceback" not in waited.stderr
 
 
 def test_a_server_that_does_not_start_stops_the_worker_at_start(
