@@ -24,7 +24,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
@@ -147,7 +147,7 @@ def tool(fn: F, /) -> F: ...
 @overload
 def tool(
     *,
-    requires_approval: bool = False,
+    requires_approval: bool | Literal["always"] = False,
     timeout_s: float = 300.0,
     name: str | None = None,
     context: bool = False,
@@ -159,7 +159,7 @@ def tool(
     fn: F | None = None,
     /,
     *,
-    requires_approval: bool = False,
+    requires_approval: bool | Literal["always"] = False,
     timeout_s: float = 300.0,
     name: str | None = None,
     context: bool = False,
@@ -171,7 +171,9 @@ def tool(
 
     Args:
         fn: the function, when used bare.
-        requires_approval: whether a human must approve each call before it runs.
+        requires_approval: whether a human must approve each call before it runs;
+            ``"always"``: and no standing approval may stand in for one (see
+            ``keel.workflows.standing``).
         timeout_s: how long one call may run, enforced by the tool activity.
         name: the tool's name; defaults to the function's ``__name__``.
         context: pass a :class:`ToolContext` as the first positional argument, ``ctx``.
@@ -299,8 +301,17 @@ def _tools_of(module: str) -> list[RegisteredTool]:
 
 
 def _register(
-    fn: Callable[..., Any], name: str, requires_approval: bool, timeout_s: float, context: bool
+    fn: Callable[..., Any],
+    name: str,
+    requires_approval: bool | Literal["always"],
+    timeout_s: float,
+    context: bool,
 ) -> None:
+    if requires_approval not in (True, False, "always"):
+        raise ValueError(
+            f"tool {name!r}: requires_approval is True, False or 'always', not "
+            f"{requires_approval!r}"
+        )
     if not _NAME_RE.match(name):
         raise ValueError(f"tool name {name!r} must match {_NAME_RE.pattern}")
     if not timeout_s > 0:

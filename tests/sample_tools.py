@@ -125,6 +125,28 @@ def guarded_record(path: str, value: str) -> str:
     return record(path, value)
 
 
+@tool(requires_approval=True)
+def guarded_note(path: str, value: str) -> str:
+    """Append a line to a file once approved: a second gated tool, to tell tools apart.
+
+    Args:
+        path: the file to append to; created if missing.
+        value: the line to append.
+    """
+    return record(path, value)
+
+
+@tool(requires_approval="always")
+def guarded_always(path: str, value: str) -> str:
+    """Append a line to a file; a person approves every call, no standing approval counts.
+
+    Args:
+        path: the file to append to; created if missing.
+        value: the line to append.
+    """
+    return record(path, value)
+
+
 @tool
 def big(size: int) -> str:
     """Return a string of the given size, to test the result size limit.

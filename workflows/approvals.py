@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
 from keel.workflows.signing import BadSignature, fingerprint, signed_message, verify
+from keel.workflows.standing import signed_value
 
 
 class UnknownInterrupt(InputRejected):
@@ -22,7 +23,7 @@ class UnknownInterrupt(InputRejected):
 
 def needs_approval(spec: ToolSpec, config: SessionConfig) -> bool:
     """Whether a tool must wait for a human before it runs (declared, or named by the session)."""
-    return spec.requires_approval or spec.name in config.approval_tools
+    return bool(spec.requires_approval) or spec.name in config.approval_tools
 
 
 def check_decision(
@@ -58,7 +59,7 @@ def check_decision(
             session_id,
             decision.interrupt_id,
             "decide",
-            decision.decision,
+            signed_value(decision),
             decision.reason,
             decision.approver,
         )

@@ -37,6 +37,9 @@ EventType = Literal[
     "notification_failed",
     "client_call_published",
     "client_result_received",
+    "standing_approval_granted",
+    "standing_approval_used",
+    "standing_approval_revoked",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
@@ -84,7 +87,7 @@ class ToolSpec(KeelModel):
     name: str
     description: str
     inputSchema: dict[str, Any]
-    requires_approval: bool = False
+    requires_approval: Literal["always"] | bool = False
     timeout_s: float = 300.0
     module: str = ""
     runs_on: RunsOn = "worker"
@@ -265,13 +268,50 @@ class Interrupt(KeelModel):
     note: str | None = None
 
 
+ConditionOp = Literal["==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">="]
+
+
+class Condition(KeelModel):
+    """One test on a tool input: ``<field> <op> <value>`` (``path startswith "docs/"``).
+
+    ``field`` names a top-level key of the input (a dotted path reaches into objects); a
+    missing field fails every test.
+    """
+
+    field: str = Field(min_length=1)
+    op: ConditionOp
+    value: Any
+
+
+class StandingApproval(KeelModel):
+    """A person's "approve, and stop asking" for one tool in one session.
+
+    Attributes:
+        tool: the tool's name; its later calls in the session run without asking.
+        when: tests every later call's input must pass (all of them); none: every call.
+        granted_by: the approver the granting decision named (verified when signed).
+        key_fingerprint: the fingerprint of the key that signed it, when signatures count.
+        interrupt_id: the interrupt whose decision granted it.
+        turn: the turn it was granted in.
+    """
+
+    tool: str
+    when: list[Condition] = Field(default_factory=list)
+    granted_by: str | None = None
+    key_fingerprint: str | None = None
+    interrupt_id: str
+    turn: int
+
+
 class Decision(KeelModel):
     """Input of the ``decide`` update and signal.
 
     A decision approves or denies; it cannot carry a tool input (unknown fields are
     rejected), so what runs is what the model produced. ``signature``: base64 Ed25519
     signature of ``keel.workflows.signing.signed_message`` by the approver's key, required when
-    the session has ``approver_keys``.
+    the session has ``approver_keys``. ``always``: an approval that also stands for the
+    tool's later calls in this session (those whose input passes ``always_when``); signed,
+    it is part of what the signature covers.
     """
 
     interrupt_id: str = Field(min_length=1)
@@ -279,6 +319,26 @@ class Decision(KeelModel):
     reason: str | None = None
     approver: str | None = None
     signature: str | None = None
+    always: bool = False
+    always_when: list[Condition] = Field(default_factory=list)
+
+
+class RevokeInput(KeelModel):
+    """Input of the ``revoke`` update: withdraw a tool's standing approval.
+
+    Attributes:
+        tool: the tool whose standing approval ends; its next call asks a person again.
+        by: who revokes; checked against the session's approvers when it names any.
+    """
+
+    tool: str = Field(min_length=1)
+    by: str | None = None
+
+
+class RevokeAck(KeelModel):
+    """Answer of the ``revoke`` update: the standing approval that ended."""
+
+    revoked: StandingApproval
 
 
 class Answer(KeelModel):
@@ -461,6 +521,7 @@ class PendingView(KeelModel):
         running: tool uses of that message still running or waiting for approval.
         interrupts: interrupts waiting for a decision.
         client_calls: calls of client-side tools waiting for a client's result.
+        standing: the session's standing approvals (tools that run without asking).
     """
 
     turn_id: int | None = None
@@ -468,6 +529,7 @@ class PendingView(KeelModel):
     running: list[ToolUse] = Field(default_factory=list)
     interrupts: list[Interrupt] = Field(default_factory=list)
     client_calls: list[ClientCall] = Field(default_factory=list)
+    standing: list[StandingApproval] = Field(default_factory=list)
 
 
 class SessionState(KeelModel):

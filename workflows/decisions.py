@@ -22,10 +22,14 @@ with workflow.unsafe.imports_passed_through():
         Interrupt,
         InterruptAck,
         InterruptStatus,
+        RevokeAck,
+        RevokeInput,
         SessionConfig,
+        StandingApproval,
     )
     from keel.workflows.handlers import UpdateAnswers, expect
     from keel.workflows.ledger import Ledger
+    from keel.workflows.standing import check_standing
     from keel.workflows.sub_agents import SubAgents
 
 # decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
@@ -54,6 +58,8 @@ class Decisions:
         interrupts, config = self._ledger.interrupts, self._config
         if isinstance(message, Decision):
             interrupt = check_decision(interrupts, message, config, signed_for)
+            tools = self._ledger.tools or []
+            check_standing(message, next((t for t in tools if t.name == interrupt.name), None))
         else:
             interrupt = check_answer(interrupts, message, config, signed_for)
         if interrupt.id in self._sub_agents.handing_on:
@@ -104,11 +110,42 @@ class Decisions:
             status: InterruptStatus = "approved" if message.decision == "approve" else "denied"
             key = signer_fingerprint(self._config, message.approver)
             self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
+            if message.always and status == "approved" and interrupt.kind == "approval":
+                self._ledger.grant(
+                    StandingApproval(
+                        tool=interrupt.tool_use.name,
+                        when=message.always_when,
+                        granted_by=message.approver,
+                        key_fingerprint=key,
+                        interrupt_id=interrupt.id,
+                        turn=interrupt.turn,
+                    )
+                )
         else:
             interrupt.answer = message.value
             key = signer_fingerprint(self._config, message.responder)
             self._ledger.close_interrupt(interrupt, "answered", message.responder, key=key)
         self._sub_agents.forward_later(interrupt, message)  # sessions from before the patch
+
+    def check_revoke(self, input: RevokeInput) -> None:
+        """The ``revoke`` update validator."""
+        expect(input, RevokeInput)
+        if self._answers.given(RevokeAck) is not None:
+            return  # accepted before: answered again, whatever the session's state now
+        if input.tool not in self._ledger.standing:
+            standing = ", ".join(sorted(self._ledger.standing)) or "none"
+            raise InputRejected(
+                f"tool {input.tool!r} has no standing approval here; standing: {standing}"
+            )
+        if self._config.approvers and input.by not in self._config.approvers:
+            raise InputRejected(f"{input.by!r} is not an approver of this session")
+
+    def revoke(self, input: RevokeInput) -> RevokeAck:
+        """End a tool's standing approval: its next call asks a person again."""
+        again = self._answers.given(RevokeAck)
+        if again is not None:
+            return again
+        return self._answers.give(RevokeAck(revoked=self._ledger.revoke(input.tool, input.by)))
 
     def _hold(self, message: object) -> str:
         """Keep a decide/respond signal whose interrupt is not open, for this workflow task.

@@ -36,6 +36,7 @@ from keel.workflows.contracts import (
     PendingView,
     PrefixRef,
     SessionConfig,
+    StandingApproval,
     ToolSpec,
     TurnRecord,
     TurnStatus,
@@ -121,6 +122,8 @@ class Ledger(KeelModel):
             continues-as-new hands them on and the next run posts them again.
         client_calls: calls of client-side tools by id: those waiting for a client's
             result or being checked, and recently ended ones (to answer a repeated delivery).
+        standing: standing approvals by tool name: later calls of the tool (whose input
+            passes the approval's tests) run without asking a person.
     """
 
     run: int = 1
@@ -150,6 +153,7 @@ class Ledger(KeelModel):
     mirrored: dict[str, str] = Field(default_factory=dict)
     outbox: list[Notification] = Field(default_factory=list)
     client_calls: dict[str, ClientCall] = Field(default_factory=dict)
+    standing: dict[str, StandingApproval] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -364,8 +368,9 @@ class Ledger(KeelModel):
 
     def pending_view(self) -> PendingView:
         """What the running turn holds outside the conversation (the ``pending`` query)."""
+        standing = list(self.standing.values())
         if self.current_turn is None:
-            return PendingView()
+            return PendingView(standing=standing)
         cycle = self.cycle
         running = [] if cycle is None else tool_uses(cycle.message)
         return PendingView(
@@ -374,7 +379,27 @@ class Ledger(KeelModel):
             running=[u for u in running if cycle and u.toolUseId not in cycle.results],
             interrupts=self.pending_interrupts(self.current_turn),
             client_calls=self.waiting_client_calls(),
+            standing=standing,
         )
+
+    # ------------------------------------------------------------------ standing approvals
+
+    def grant(self, approval: StandingApproval) -> None:
+        """Record a standing approval (replacing the tool's earlier one)."""
+        self.standing[approval.tool] = approval
+        self.emit(
+            "standing_approval_granted",
+            turn=approval.turn,
+            tool=approval.tool,
+            by=approval.granted_by,
+            when=[c.model_dump(mode="json") for c in approval.when],
+        )
+
+    def revoke(self, tool: str, by: str | None) -> StandingApproval:
+        """End a tool's standing approval; its next call asks a person again."""
+        approval = self.standing.pop(tool)
+        self.emit("standing_approval_revoked", turn=self.current_turn, tool=tool, by=by)
+        return approval
 
     def _refresh_status(self, record: TurnRecord) -> None:
         """A running turn is ``awaiting_human`` while any of its interrupts waits."""
@@ -500,6 +525,7 @@ class SessionInput(KeelModel):
             ``SessionResult.last_turn`` (``run_agent``, sub-agents).
         parent_session: the parent session of a sub-agent's session.
         ancestors: a sub-agent's parent, its parent's parent, ... up to the root.
+        standing: a sub-agent's parent's standing approvals when it was started.
     """
 
     config: SessionConfig
@@ -509,3 +535,4 @@ class SessionInput(KeelModel):
     single_turn: bool = False
     parent_session: str | None = None
     ancestors: list[str] = Field(default_factory=list)
+    standing: list[StandingApproval] = Field(default_factory=list)

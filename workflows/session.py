@@ -47,6 +47,8 @@ with workflow.unsafe.imports_passed_through():
         PendingView,
         PromptAck,
         PromptInput,
+        RevokeAck,
+        RevokeInput,
         SessionResult,
         SessionState,
         StateQuery,
@@ -153,8 +155,10 @@ class AgentSession:
         ledger.parent_session = input.parent_session
         parent = workflow.info().parent
         if input.ancestors and parent is not None and parent.workflow_id == input.ancestors[0]:
-            # a signature for an ancestor counts here only in a session an ancestor started
+            # a signature for an ancestor counts here only in a session an ancestor started,
+            # and so do the standing approvals its parent hands down
             ledger.ancestors = input.ancestors
+            ledger.standing = {approval.tool: approval for approval in input.standing}
         return ledger
 
     # ----------------------------------------------------------------------------- messages
@@ -220,6 +224,15 @@ class AgentSession:
     @cancel.validator
     def _validate_cancel(self, input: CancelInput) -> None:
         self._requests.check_cancel(input)
+
+    @workflow.update
+    def revoke(self, input: RevokeInput) -> RevokeAck:
+        """End a tool's standing approval: its next call asks a person again."""
+        return self._decisions.revoke(input)
+
+    @revoke.validator
+    def _validate_revoke(self, input: RevokeInput) -> None:
+        self._decisions.check_revoke(input)
 
     @workflow.signal
     def close(self, input: CloseInput) -> None:

@@ -144,6 +144,7 @@ class SubAgents:
                     single_turn=True,
                     parent_session=parent,
                     ancestors=[parent, *self._ledger.ancestors] if asks else [],
+                    standing=list(self._ledger.standing.values()) if asks else [],
                 ),
                 id=child_id,
                 result_type=SessionResult,

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.ledger import Ledger, PendingCycle
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
+    from keel.workflows.standing import matches
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
 
@@ -87,9 +88,12 @@ class ToolGate:
             refusal = f"tool was not run: {cancelled}"
         elif verdict.action == "deny":
             refusal = f"tool use denied by the session's policy: {verdict.reason}"
-        elif (needs_approval(spec, self._config) or verdict.action == "require_approval") and (
-            refused := await self._approval(record, use, verdict.reason)
-        ).status != "approved":
+        elif (
+            (needs_approval(spec, self._config) or verdict.action == "require_approval")
+            and not self._stands(record, pending, use, spec)
+            and (refused := await self._approval(record, use, verdict.reason)).status
+            != "approved"
+        ):
             refusal = denial_text(refused)
         if refusal is None and use.name in self._config.agents:
             result = await self._sub_agents.run(use)
@@ -109,6 +113,25 @@ class ToolGate:
             id=use.toolUseId,
             status=result.status,
         )
+
+    def _stands(
+        self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
+    ) -> bool:
+        """Whether a standing approval covers this call (never for an ``always`` tool)."""
+        approval = self._ledger.standing.get(use.name)
+        if approval is None or spec.requires_approval == "always":
+            return False
+        if not matches(approval.when, use.input):
+            return False
+        self._ledger.emit(
+            "standing_approval_used",
+            turn=record.turn_id,
+            cycle=pending.cycle,
+            tool=use.name,
+            id=use.toolUseId,
+            by=approval.granted_by,
+        )
+        return True
 
     async def _run_until_answered(
         self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec

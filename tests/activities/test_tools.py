@@ -47,6 +47,8 @@ SAMPLE_TOOLS = {
     "whoami",
     "record",
     "guarded_record",
+    "guarded_note",
+    "guarded_always",
     "big",
     "big_async",
     "pick_account",
@@ -454,3 +456,10 @@ async def test_a_store_failure_fails_the_attempt_instead_of_reaching_the_model()
     activities = ToolActivities(ConversationStore(backend))
     with pytest.raises(OSError, match="disk full"):
         await ActivityEnvironment().run(activities.run, make_request("big", {"size": 40}))
+
+
+def test_a_tool_that_asks_every_time_says_so_in_its_spec() -> None:
+    entry = registry.get_tool("guarded_always")
+    assert entry is not None and entry.spec.requires_approval == "always"
+    with pytest.raises(ValueError, match="True, False or 'always'"):
+        tool(requires_approval="sometimes")(lambda: "x")  # type: ignore[arg-type]

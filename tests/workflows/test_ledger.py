@@ -26,11 +26,13 @@ from keel.worker.client.keel_client import KeelClient
 from keel.worker.payloads import DATA_CONVERTER
 from keel.workflows.contracts import (
     ClientCall,
+    Condition,
     Event,
     Interrupt,
     Notification,
     PrefixRef,
     SessionConfig,
+    StandingApproval,
     ToolSpec,
     TurnRecord,
 )
@@ -132,6 +134,15 @@ def every_field_set() -> Ledger:
         single_turn=True,
         parent_session="parent-1",
         ancestors=["parent-1", "root-1"],
+        standing={
+            "guarded_record": StandingApproval(
+                tool="guarded_record",
+                when=[Condition(field="path", op="startswith", value="docs/")],
+                granted_by="ann",
+                interrupt_id="i-1",
+                turn=1,
+            )
+        },
         mirrored={"i-child": "parent-1/helper-t1"},
         client_calls={
             "c1": ClientCall(

@@ -14,7 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import keel
-from keel.worker.cli import attach, codec, deploy, inspect, schedules, serving, turns, ui
+from keel.worker.cli import (
+    attach,
+    codec,
+    deploy,
+    inspect,
+    policy,
+    schedules,
+    serving,
+    turns,
+    ui,
+)
 from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID, EXIT_PIPE
 from keel.worker.cli.flags import Parser, Subparsers
 
@@ -29,6 +39,7 @@ if TYPE_CHECKING:
 _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     turns.add_parser,
     inspect.add_parser,
+    policy.add_parser,
     attach.add_parser,
     schedules.add_parser,
     serving.add_parser,

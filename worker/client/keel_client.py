@@ -46,14 +46,18 @@ from keel.workflows.contracts import (
     ClientCall,
     ClientResultAck,
     CloseInput,
+    Condition,
     Decision,
     Event,
     InterruptAck,
     PendingView,
     PromptAck,
     PromptInput,
+    RevokeAck,
+    RevokeInput,
     SessionConfig,
     SessionState,
+    StandingApproval,
     SteerAck,
     SteerInput,
     TurnRecord,
@@ -61,6 +65,7 @@ from keel.workflows.contracts import (
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import ContentBlock, Message, text_block
 from keel.workflows.session import AgentSession
+from keel.workflows.standing import signed_value
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -320,6 +325,8 @@ class KeelClient:
         reason: str | None = None,
         approver: str | None = None,
         key: ApproverKey | None = None,
+        always: bool = False,
+        always_when: Sequence[Condition] = (),
     ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
@@ -330,21 +337,40 @@ class KeelClient:
             reason: why; the model sees it when denied.
             approver: who decides; checked against the session's approvers.
             key: the approver's private key, to sign with (sessions with approver keys).
+            always: approve this call and stand for the tool's later calls in the session
+                (a standing approval; see ``policy`` and ``revoke``).
+            always_when: tests a later call's input must pass to be covered
+                (``keel.workflows.standing.parse_conditions`` reads them from text).
 
         Raises:
             RequestRejected: the id is unknown or no longer pending, the approver is not
                 allowed, or the signature is missing or wrong; nothing was written to the
                 session's history.
         """
-        signed = _signature(key, session_id, interrupt_id, "decide", decision, reason, approver)
         update = Decision(
             interrupt_id=interrupt_id,
             decision=decision,
             reason=reason,
             approver=approver,
-            signature=signed,
+            always=always,
+            always_when=list(always_when),
+        )
+        update.signature = _signature(
+            key, session_id, interrupt_id, "decide", signed_value(update), reason, approver
         )
         return await self._answer_interrupt(session_id, AgentSession.decide, update)
+
+    async def policy(self, session_id: str) -> list[StandingApproval]:
+        """The session's standing approvals: tools whose later calls run without asking."""
+        return (await self.pending(session_id)).standing
+
+    async def revoke(self, session_id: str, tool: str, *, by: str | None = None) -> RevokeAck:
+        """End a tool's standing approval; its next call asks a person again.
+
+        Raises:
+            RequestRejected: the tool has no standing approval, or ``by`` is not an approver.
+        """
+        return await self._update(session_id, AgentSession.revoke, RevokeInput(tool=tool, by=by))
 
     async def respond(
         self,

@@ -64,17 +64,21 @@ async def _decide(
 ) -> Outcome:
     interrupt = _field(form, "interrupt")
     raw = _field(form, "decision")
-    if raw not in ("approve", "deny"):
-        raise AccessDenied(400, "decision must be approve or deny")
-    decision: Literal["approve", "deny"] = "approve" if raw == "approve" else "deny"
+    if raw not in ("approve", "approve-always", "deny"):
+        raise AccessDenied(400, "decision must be approve, approve-always or deny")
+    decision: Literal["approve", "deny"] = "deny" if raw == "deny" else "approve"
+    always = raw == "approve-always"
     reason = form.get("reason", "").strip() or None
     _remember_name(visit, form)
     config = await keel.config(session)
     approver = ui.identity(config, visit)
     key = ui.signer.key if ui.signer is not None and config.approver_keys else None
-    ack = await keel.decide(session, interrupt, decision, reason=reason, approver=approver, key=key)
+    ack = await keel.decide(
+        session, interrupt, decision, reason=reason, approver=approver, key=key, always=always
+    )
     who = f" as {approver}" if approver else ""
-    return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}.")
+    stands = "; later calls of its tool run without asking" if always else ""
+    return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}{stands}.")
 
 
 async def _respond(

@@ -14,6 +14,7 @@ from typing import Any
 from keel.worker.client.reading import SessionSummary
 from keel.workflows.contracts import Interrupt, SessionState
 from keel.workflows.messages import ContentBlock, Message, ToolResult
+from keel.workflows.standing import describe
 
 # Text longer than this (characters or lines) is shown collapsed, behind a summary.
 LONG_CHARS = 500
@@ -182,6 +183,16 @@ class SessionView:
     approvers: list[str] = field(default_factory=list)
     signed: bool = False
     said: list[Shown] = field(default_factory=list)
+    standing: list[StandingView] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StandingView:
+    """A standing approval as the page lists it: the tool, for which calls, and by whom."""
+
+    tool: str
+    when: str
+    granted_by: str | None
 
 
 def session_view(state: SessionState) -> SessionView:
@@ -217,6 +228,10 @@ def session_view(state: SessionState) -> SessionView:
             Shown.of(b.text)
             for b in (state.pending.message.content if state.pending.message else [])
             if b.text
+        ],
+        standing=[
+            StandingView(tool=a.tool, when=describe(a.when), granted_by=a.granted_by)
+            for a in state.pending.standing
         ],
     )
 

@@ -1,0 +1,60 @@
+"""``keel approve --always``, ``--always-when`` and ``keel policy`` (issue 35)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+from tests.helpers.cli import keel
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+
+
+def calls(out: Path, *values: str) -> list[dict[str, object]]:
+    steps = [
+        respond(tool_use(f"g-{v}", "guarded_record", path=str(out), value=v), stop="tool_use")
+        for v in values
+    ]
+    return [*steps, respond(text("done"))]
+
+
+def test_approve_always_then_policy_lists_and_revokes(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.txt"
+    model = write_script(tmp_path / "m.json", calls(out, "docs/a", "docs/b", "src/c"))
+    session = f"pol-{uuid.uuid4().hex[:8]}"
+    run = keel(
+        "run", "--json", "--no-input", "--session", session, "--model", model,
+        "--tools", SAMPLE_TOOLS, "go", env=server_env,
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    [interrupt] = json.loads(run.stdout)["interrupts"]
+    bad = keel("approve", session, interrupt["id"], "--always-when", "value ~ 1", env=server_env)
+    assert bad.returncode == 2 and "--always-when: not a test" in bad.stderr, bad.stderr
+    approved = keel(
+        "approve", "--json", "--no-input", session, interrupt["id"],
+        "--always-when", 'value startswith "docs/"', env=server_env,
+    )  # fmt: skip
+    # docs/b ran on the standing approval; src/c asks
+    assert approved.returncode == 3, approved.stderr
+    [asking] = json.loads(approved.stdout)["interrupts"]
+    assert asking["tool_use"]["input"]["value"] == "src/c"
+    assert out.read_text().splitlines() == ["docs/a", "docs/b"]
+
+    listed = keel("policy", session, env=server_env)
+    assert listed.returncode == 0, listed.stderr
+    assert 'guarded_record: value startswith "docs/"' in listed.stdout
+    assert f"keel policy {session} --revoke guarded_record" in listed.stdout
+    as_json = json.loads(keel("policy", session, "--json", env=server_env).stdout)
+    assert [a["tool"] for a in as_json["standing"]] == ["guarded_record"]
+
+    nothing = keel("policy", session, "--revoke", "echo", env=server_env)
+    assert nothing.returncode == 2 and "no standing approval" in nothing.stderr
+    revoked = keel("policy", session, "--revoke", "guarded_record", env=server_env)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "no standing approvals" in revoked.stdout
+    denied = keel("deny", session, asking["id"], "--reason", "not src", env=server_env)
+    assert denied.returncode == 0, denied.stderr
+    assert out.read_text().splitlines() == ["docs/a", "docs/b"]
