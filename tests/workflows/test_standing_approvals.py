@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from keel.workflows.contracts import TurnRecord
 from keel.workflows.standing import describe, matches, parse_conditions
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import temporal_cli
+from tests.helpers.temporal import save_history, temporal_cli
 from tests.workflows.test_signed_approvals import keys
 
 
@@ -98,7 +99,9 @@ async def test_revoking_makes_the_next_call_ask_again(
     out = tmp_path / "out.txt"
     # turn 1: two calls, the first approved always; turn 2: one more call, after the revoke
     steps = [*gated("guarded_record", out, "1", "2"), *gated("guarded_record", out, "3")]
-    session = sid()
+    # replay runs a history under its file's name: record it under that id
+    recording = os.environ.get("KEEL_RECORD_HISTORIES") == "1"
+    session = "standing_approval" if recording else sid()
     async with run_worker():
         first = await keel.prompt(session, "one", config=script(steps))
         interrupt = (await parked(keel, session, first.turn_id)).interrupts[0]
@@ -117,6 +120,7 @@ async def test_revoking_makes_the_next_call_ask_again(
         await keel.decide(session, asking[0].id, "approve")
         await keel.wait_turn(session, second.turn_id, timeout_s=30)
         state = await keel.state(session)
+    await save_history(keel.client, session, "standing_approval")
     assert out.read_text().splitlines() == ["1", "2", "3"]
     assert [e.type for e in state.events if e.type.startswith("standing_")] == [
         "standing_approval_granted",
