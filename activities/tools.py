@@ -7,7 +7,9 @@ parameter descriptions), through a pydantic model built from the signature; the 
 validates the model's input before the tool runs (see ``keel.activities.tool_run``).
 
 A worker imports the modules named with ``--tools`` (:func:`load_tool_modules`); importing a
-module registers its tools here.
+module registers its tools here. Each is a module name, found as ``python -m`` finds one (the
+working directory is on the path for tool imports), or a file's path (``./mytools.py``),
+imported under its module name (:func:`tool_module_name`) with its folder on the path.
 
 ``@tool(runs_on="client")`` declares a client-side tool: its contract is the same (input from
 the type hints; output from the return annotation, which a result must match), but no worker
@@ -21,9 +23,11 @@ import dataclasses
 import importlib
 import inspect
 import re
+import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
@@ -42,6 +46,7 @@ __all__ = [
     "registered_tools",
     "specs_for_modules",
     "tool",
+    "tool_module_name",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -220,35 +225,150 @@ def get_tool(name: str) -> RegisteredTool | None:
 
 
 def load_tool_modules(names: Sequence[str]) -> list[str]:
-    """Import tool modules by name, which registers their tools.
+    """Import tool modules, by name or by file, which registers their tools.
+
+    A name is looked for as ``python -m`` looks: in the working directory (added to the end
+    of ``sys.path`` if it is not there), then on the path. A file (``./mytools.py``; see
+    :func:`tool_module_name`) is imported under its module name, its folder added to the
+    end of ``sys.path``.
 
     Args:
-        names: dotted module names (``--tools`` values); blanks and repeats are ignored, and
-            so are ``mcp:NAME`` entries (an MCP server's tools, not a module to import).
+        names: module names or files' paths (``--tools`` values); blanks and repeats are
+            ignored, and so are ``mcp:NAME`` entries (an MCP server's tools, not a module to
+            import).
 
     Returns:
-        The module names imported, in order, without blanks or repeats.
+        The module names imported, in order, without blanks or repeats: what a session's
+        ``tool_modules`` names.
 
     Raises:
-        ToolModuleError: a module could not be imported, or defines no tools.
+        ToolModuleError: a file that is not there, a module that is not found (naming the
+            folders searched) or could not be imported, or that defines no tools.
     """
     loaded: list[str] = []
     for raw in names:
-        module = raw.strip()
-        if not module or module in loaded or module.startswith(MCP_MODULE_PREFIX):
+        entry = raw.strip()
+        if not entry or entry.startswith(MCP_MODULE_PREFIX):
             continue
+        module = tool_module_name(entry)
+        if module in loaded:
+            continue
+        folder = _import_folder(entry)
+        _on_path(folder)
         try:
             importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module + ".").startswith(exc.name + "."):
+                raise _import_failed(entry, exc) from exc  # the module itself lacks something
             raise ToolModuleError(
-                f"tool module {module!r} could not be imported: {type(exc).__name__}: {exc}"
+                f"tool module {module!r} not found: no {_looked_for(module)} in {folder} or on "
+                "the Python path (name a file to load it from elsewhere: --tools "
+                "./path/to/mytools.py)"
             ) from exc
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
+            raise _import_failed(entry, exc) from exc
+        _check_not_shadowed(entry, module, folder)
         if not _tools_of(module) and not policies_of(module):
             raise ToolModuleError(
                 f"tool module {module!r} defines no @tool functions and no @tool_policy"
             )
         loaded.append(module)
     return loaded
+
+
+def tool_module_name(entry: str) -> str:
+    """The module name a ``--tools`` entry is imported as, and a session's ``tool_modules`` names.
+
+    An entry that ends in ``.py`` or holds a ``/`` is a file's path: ``./mytools.py`` is the
+    module ``mytools``, imported from its folder. A file inside a package (folders with an
+    ``__init__.py``) is named from the topmost one (``pkg/tools.py``: ``pkg.tools``); a
+    package's folder is the package. Anything else is a module name, as given.
+
+    Args:
+        entry: a module name or a file's path (relative to the working directory).
+
+    Raises:
+        ToolModuleError: a file or package folder that is not there, or whose name is no
+            module name.
+    """
+    entry = entry.strip()
+    if not _is_file_entry(entry):
+        return entry
+    path = Path(entry).expanduser()
+    where = path.resolve()
+    if where.is_dir() and (where / "__init__.py").is_file():
+        parts, folder = [where.name], where.parent
+    elif where.is_file() and where.suffix == ".py":
+        parts, folder = ([] if where.stem == "__init__" else [where.stem]), where.parent
+    else:
+        raise ToolModuleError(
+            f"tool file {entry!r} not found (no Python file or package folder {where})"
+        )
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts or not all(part.isidentifier() for part in parts):
+        raise ToolModuleError(
+            f"tool file {entry!r}: {'.'.join(parts) or where.name!r} is not a module name "
+            "Python can import (letters, digits and _, not starting with a digit)"
+        )
+    return ".".join(parts)
+
+
+def _is_file_entry(entry: str) -> bool:
+    return entry.endswith(".py") or "/" in entry or "\\" in entry
+
+
+def _import_folder(entry: str) -> Path:
+    """The folder a ``--tools`` entry is imported from: the working directory for a name."""
+    if not _is_file_entry(entry):
+        return Path.cwd().resolve()
+    where = Path(entry).expanduser().resolve()
+    folder = where if where.is_dir() else where.parent
+    if where.name == "__init__.py":
+        folder = folder.parent
+    while (folder / "__init__.py").is_file():
+        folder = folder.parent
+    return folder
+
+
+def _on_path(folder: Path) -> None:
+    """Put ``folder`` at the end of ``sys.path`` unless it is on it (``""`` is the cwd)."""
+    here = str(folder)
+    on_path = {str(Path(p or ".").resolve()) for p in sys.path}
+    if here not in on_path:
+        sys.path.append(here)
+        importlib.invalidate_caches()
+
+
+def _looked_for(module: str) -> str:
+    path = module.replace(".", "/")
+    return f"{path}.py or {path}/__init__.py"
+
+
+def _import_failed(entry: str, exc: BaseException) -> ToolModuleError:
+    return ToolModuleError(
+        f"tool module {entry!r} could not be imported: {type(exc).__name__}: {exc}"
+    )
+
+
+def _check_not_shadowed(entry: str, module: str, folder: Path) -> None:
+    """Refuse a tool module that came from elsewhere than the file the user has in ``folder``.
+
+    ``folder`` is at the end of the path, so an installed module (or one imported already)
+    of the same name wins over the user's file; say so rather than use the wrong one.
+    """
+    top = module.split(".")[0]
+    mine = [folder / f"{top}.py", folder / top / "__init__.py"]
+    if not any(candidate.is_file() for candidate in mine):
+        return
+    imported = getattr(sys.modules.get(top), "__file__", None)
+    if imported is not None and Path(imported).resolve().parent in (folder, folder / top):
+        return
+    raise ToolModuleError(
+        f"tool module {entry!r}: the name {top!r} is taken by {imported or 'a built-in module'}, "
+        f"so {folder} is not where it was imported from; rename your module"
+    )
 
 
 def specs_for_modules(modules: Sequence[str], extra: Sequence[ToolSpec] = ()) -> list[ToolSpec]:

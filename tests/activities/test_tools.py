@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from keel.activities.tools import (
     registered_tools,
     specs_for_modules,
     tool,
+    tool_module_name,
 )
 from keel.workflows.activity_contracts import ModelRequest, ToolRequest
 from keel.workflows.activity_options import TOOL_REGISTRY_ERROR
@@ -209,10 +211,87 @@ def test_bad_declarations_raise() -> None:
 
 def test_load_tool_modules() -> None:
     assert load_tool_modules([SAMPLE, " ", SAMPLE]) == [SAMPLE]
-    with pytest.raises(ToolModuleError, match=r"tool module 'no\.such\.mod' could not be imported"):
+    with pytest.raises(ToolModuleError, match=r"tool module 'no\.such\.mod' not found: no "):
         load_tool_modules(["no.such.mod"])
     with pytest.raises(ToolModuleError, match=r"tool module 'json' defines no @tool functions"):
         load_tool_modules(["json"])
+
+
+TOOL_FILE = """
+from keel import tool
+
+@tool(name="{name}")
+def {name}(text: str) -> str:
+    \"\"\"Echo.
+
+    Args:
+        text: what to echo.
+    \"\"\"
+    return text
+"""
+
+
+@pytest.fixture
+def user_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_registry: None
+) -> Iterator[Path]:
+    """A user's folder as the working directory; sys.path and sys.modules restored after."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(Path.cwd()))])
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def test_a_module_is_found_in_the_working_directory(user_folder: Path) -> None:
+    (user_folder / "cwd_tools_a.py").write_text(TOOL_FILE.format(name="cwd_tool_a"))
+    assert str(user_folder) not in sys.path
+    assert load_tool_modules(["cwd_tools_a"]) == ["cwd_tools_a"]
+    assert get_tool("cwd_tool_a") is not None
+    assert sys.path[-1] == str(user_folder)  # at the end: it shadows nothing installed
+    with pytest.raises(ToolModuleError) as missing:
+        load_tool_modules(["cwd_tools_none"])
+    assert f"no cwd_tools_none.py or cwd_tools_none/__init__.py in {user_folder} or on the" in (
+        str(missing.value)
+    )
+
+
+def test_a_file_is_imported_under_its_module_name_from_its_folder(user_folder: Path) -> None:
+    lib = user_folder / "lib"
+    (lib / "pkg").mkdir(parents=True)
+    (lib / "file_tools_b.py").write_text(TOOL_FILE.format(name="file_tool_b"))
+    (lib / "pkg" / "__init__.py").write_text("")
+    (lib / "pkg" / "more.py").write_text(TOOL_FILE.format(name="file_tool_c"))
+    assert tool_module_name("lib/file_tools_b.py") == "file_tools_b"
+    assert tool_module_name("./lib/pkg/more.py") == "pkg.more"
+    assert tool_module_name("lib/pkg") == "pkg"
+    assert tool_module_name("my.tools") == "my.tools"
+    loaded = load_tool_modules(["./lib/file_tools_b.py", "lib/pkg/more.py", "file_tools_b"])
+    assert loaded == ["file_tools_b", "pkg.more"]
+    assert get_tool("file_tool_b") is not None and get_tool("file_tool_c") is not None
+    assert {s.name for s in specs_for_modules(["pkg"])} == {"file_tool_c"}
+    with pytest.raises(ToolModuleError, match=r"tool file 'lib/gone\.py' not found \(no Python"):
+        load_tool_modules(["lib/gone.py"])
+    (lib / "2bad.py").write_text("")
+    with pytest.raises(ToolModuleError, match=r"'2bad' is not a module name Python can import"):
+        tool_module_name("lib/2bad.py")
+
+
+def test_a_file_named_like_an_installed_module_is_refused(user_folder: Path) -> None:
+    (user_folder / "json.py").write_text(TOOL_FILE.format(name="json_tool"))
+    with pytest.raises(ToolModuleError, match=r"the name 'json' is taken by .*rename your module"):
+        load_tool_modules(["./json.py"])
+    assert get_tool("json_tool") is None
+
+
+def test_a_module_that_imports_what_is_missing_says_that(user_folder: Path) -> None:
+    (user_folder / "needs_more.py").write_text("import no_such_dependency_here\n")
+    with pytest.raises(
+        ToolModuleError,
+        match=r"'needs_more' could not be imported: ModuleNotFoundError: .*no_such_dependency",
+    ):
+        load_tool_modules(["needs_more"])
 
 
 def test_specs_for_modules() -> None:

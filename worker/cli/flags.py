@@ -98,7 +98,11 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
     """The flags of a new session's settings: ``keel run``'s, and ``keel schedule create``'s."""
     cmd.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
     cmd.add_argument("--system", help="system prompt for a new session")
-    cmd.add_argument("--tools", help="tool modules and mcp:NAME sources, comma separated")
+    cmd.add_argument(
+        "--tools",
+        help="tool modules (names importable from this folder, or files: ./mytools.py) and "
+        "mcp:NAME sources, comma separated",
+    )
     cmd.add_argument(
         "--require-approval",
         metavar="TOOL[,TOOL]",

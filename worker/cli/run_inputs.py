@@ -61,6 +61,25 @@ def tool_modules(value: str | None) -> list[str]:
     return [m.strip() for m in (value or "").split(",") if m.strip()]
 
 
+def session_tool_modules(value: str) -> list[str]:
+    """What a new session's ``tool_modules`` records for ``--tools``: module names.
+
+    A file's path (``./mytools.py``) is recorded as the module it is imported as
+    (``mytools``): the workers find it by that name, with its folder on their path (the
+    worker ``keel run`` embeds puts it there; another worker needs ``--tools`` naming the
+    file, or the folder on its ``PYTHONPATH``).
+
+    Raises:
+        UsageError: a file that is not there, or whose name is no module name.
+    """
+    from keel.activities.tools import ToolModuleError, tool_module_name
+
+    try:
+        return [tool_module_name(entry) for entry in tool_modules(value)]
+    except ToolModuleError as err:
+        raise UsageError(f"--tools: {err}") from None
+
+
 def validation_summary(err: ValidationError, names: dict[str, str] | None = None) -> str:
     """A pydantic error as one line: ``where: what`` for each problem, joined by ``;``.
 
@@ -187,7 +206,7 @@ def new_session_config(
     flags: dict[str, Any] = {
         "model": model,
         "system": args.system,
-        "tool_modules": tool_modules(args.tools) if args.tools is not None else None,
+        "tool_modules": session_tool_modules(args.tools) if args.tools is not None else None,
         "approval_tools": (
             tool_modules(args.require_approval) if args.require_approval is not None else None
         ),

@@ -28,6 +28,7 @@ from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
 from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable, read_record
+from keel.worker.server.tool_files import tool_entries
 from keel.worker.settings import ClientOptions, ConfigError, Settings
 from keel.workflows.session import AgentSession
 
@@ -70,7 +71,8 @@ class TemporalConnection:
         """Run an in-process worker while the block runs, when the server is embedded.
 
         Args:
-            tool_modules: tool modules to load.
+            tool_modules: tool modules to load: names, or files' paths (remembered in
+                ``KEEL_HOME`` for the next command, ``keel.worker.server.tool_files``).
             task_queue: the queue to poll (a session's own); default ``KEEL_TASK_QUEUE``.
             mcp_servers: MCP servers for the worker, connected before the block starts.
 
@@ -82,11 +84,12 @@ class TemporalConnection:
             return
         queue = task_queue or self.settings.task_queue
         store = open_store(self.settings.store, self.settings.keyring())
+        modules = tool_entries(self.settings.home, tool_modules)
         async with mcp_servers_running(mcp_servers) as mcp:
             async with build_worker(
                 self.client,
                 queue,
-                tool_modules,
+                modules,
                 store=store,
                 mcp_servers=mcp or (),
                 settings=self.settings,
