@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter
@@ -43,6 +44,7 @@ from keel.workflows.activity_options import (
     STORE_ERROR,
     TOOL_REGISTRY_ERROR,
     heartbeat_every_s,
+    next_retry_delay,
 )
 from keel.workflows.boundary import merge_roles
 from keel.workflows.contracts import PrefixRef, ToolSpec
@@ -428,30 +430,35 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
 
     The SDK logs every failed attempt with its traceback; a BENIGN failure only at debug
     level, so this line is all a retry shows. The last attempt's failure says it gave up,
-    and is the turn's error: it never says "will retry".
+    and is the turn's error: it never says "will retry". The last attempt is the one whose
+    retry would come after the call's schedule-to-close timeout (``SessionConfig
+    .model_retry_s``), or the policy's last attempt when it has a maximum.
     """
     info = activity.info()
     policy = info.retry_policy
-    last = policy is not None and 0 < policy.maximum_attempts <= info.attempt
-    if last:
-        assert policy is not None
-        activity.logger.warning("%s; giving up after %d attempts", err, info.attempt)
+    delay = next_retry_delay(policy, info.attempt) if policy is not None else None
+    out_of_attempts = policy is not None and 0 < policy.maximum_attempts <= info.attempt
+    bound = info.schedule_to_close_timeout
+    now = datetime.now(UTC)
+    first = info.scheduled_time
+    if first.tzinfo is None:
+        first = first.replace(tzinfo=UTC)
+    out_of_time = bound is not None and delay is not None and now + delay >= first + bound
+    if out_of_attempts or out_of_time:
+        within = ""
+        if out_of_time and bound:
+            took, most = (now - first).total_seconds(), bound.total_seconds()
+            within = f" in {took:.0f} s (model_retry_s: {most:g} s)"
+        activity.logger.warning("%s; giving up after %d attempts%s", err, info.attempt, within)
         return ApplicationError(
-            f"{err}; gave up after {info.attempt} attempts",
+            f"{err}; gave up after {info.attempt} attempts{within}",
             type=MODEL_ERROR_TRANSIENT,
             non_retryable=True,
             category=ApplicationErrorCategory.BENIGN,
         )
-    delay = ""
-    if policy is not None:
-        seconds = policy.initial_interval.total_seconds() * policy.backoff_coefficient ** (
-            info.attempt - 1
-        )
-        if policy.maximum_interval is not None:
-            seconds = min(seconds, policy.maximum_interval.total_seconds())
-        delay = f" in {seconds:g} s"
+    said = f" in {delay.total_seconds():g} s" if delay is not None else ""
     of = f" of {policy.maximum_attempts}" if policy and policy.maximum_attempts else ""
-    activity.logger.warning("%s; retrying%s (attempt %d%s failed)", err, delay, info.attempt, of)
+    activity.logger.warning("%s; retrying%s (attempt %d%s failed)", err, said, info.attempt, of)
     return ApplicationError(
         str(err), type=MODEL_ERROR_TRANSIENT, category=ApplicationErrorCategory.BENIGN
     )

@@ -36,13 +36,19 @@ HEARTBEATS_PER_TIMEOUT = 3
 LEGACY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
+# A model call, retries included, is bounded in time rather than in attempts: the model
+# activity's schedule-to-close timeout, ``SessionConfig.model_retry_s`` (600 s by default;
+# None: no bound). A server that is down for a few minutes (restarting, overloaded) is waited
+# for; one that stays down fails the turn, with the last error, after about that long. An
+# answer retrying cannot fix (401, 404, an unknown model: MODEL_ERROR_NON_RETRYABLE) fails at
+# once.
 # The first retry comes 0.25 s after a failure or a lost attempt (part of the recovery time
-# after a crash); ten attempts keep the window that eight attempts from 1 s had (~2 min).
+# after a crash), then 0.5, 1, 2 ... at most 60 s apart: 17 attempts in 10 minutes.
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.25),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=60),
-    maximum_attempts=10,
+    maximum_attempts=0,  # unlimited: the schedule-to-close timeout bounds the retries
     non_retryable_error_types=[MODEL_ERROR_NON_RETRYABLE, STORE_ERROR],
 )
 
@@ -96,6 +102,23 @@ def tool_start_to_close(timeout_s: float) -> timedelta:
         timeout_s: the tool's declared timeout, enforced inside the activity.
     """
     return timedelta(seconds=timeout_s) + TOOL_TIMEOUT_MARGIN
+
+
+def model_schedule_to_close(seconds: float | None) -> timedelta | None:
+    """The model activity's schedule-to-close timeout: how long a call may take, retries and all.
+
+    Args:
+        seconds: the session's ``SessionConfig.model_retry_s``; None: no bound.
+    """
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def next_retry_delay(policy: RetryPolicy, attempt: int) -> timedelta:
+    """How long Temporal waits before the attempt after ``attempt`` (counted from 1)."""
+    seconds = policy.initial_interval.total_seconds() * policy.backoff_coefficient ** (attempt - 1)
+    if policy.maximum_interval is not None:
+        seconds = min(seconds, policy.maximum_interval.total_seconds())
+    return timedelta(seconds=seconds)
 
 
 def heartbeat_timeout(seconds: float | None) -> timedelta:

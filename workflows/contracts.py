@@ -50,6 +50,9 @@ RunsOn = Literal["worker", "client"]
 # A turn's default bounds (SessionConfig): a model that keeps calling tools stops here.
 DEFAULT_MAX_CYCLES = 100
 DEFAULT_TURN_TOKENS = 2_000_000
+# How long a model call may take, its retries included, by default (SessionConfig.model_retry_s;
+# keel.workflows.activity_options.MODEL_RETRY).
+DEFAULT_MODEL_RETRY_S = 600.0
 # How often a turn with an output schema that ended without a valid final_result is asked
 # again before it fails (stop reason ``no_output``).
 OUTPUT_REMINDERS = 2
@@ -155,6 +158,12 @@ class SessionConfig(KeelModel):
             heartbeat before Temporal deems its worker lost and retries it on another;
             None: Keel's default, 2 s (``keel.workflows.activity_options.HEARTBEAT_TIMEOUT``).
             Each running activity heartbeats three times per timeout.
+        model_retry_s: how long one model call may take in all, its retries included (the
+            model activity's schedule-to-close timeout): a model server that does not answer
+            is retried with backoff (0.25 s, doubling, at most 60 s apart) until then, and
+            the turn fails with the last error. Default ``DEFAULT_MODEL_RETRY_S``, 600 s;
+            None: no bound. An answer retrying cannot fix (401, 404, an unknown model) fails
+            the turn at once.
         auto_upgrade: on versioned workers (``keel worker --deployment``), move to the
             deployment's current version at the next workflow task instead of staying pinned
             to the version the session started on; for changes that replay (``keel deploy
@@ -181,6 +190,7 @@ class SessionConfig(KeelModel):
     agents: dict[str, SubAgent] = Field(default_factory=dict)
     notify: list[str] = Field(default_factory=list)
     heartbeat_timeout_s: float | None = Field(default=None, ge=0.5, le=600)
+    model_retry_s: float | None = Field(default=DEFAULT_MODEL_RETRY_S, gt=0)
     auto_upgrade: bool = False
 
     @field_validator("notify")

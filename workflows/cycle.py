@@ -8,8 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    RetryState,
+    TimeoutError,
+    TimeoutType,
+)
 
+from keel.workflows.activity_options import MODEL_ACTIVITY
 from keel.workflows.messages import (
     ContentBlock,
     Message,
@@ -100,3 +107,39 @@ def failure_text(err: BaseException) -> str:
     while isinstance(err, ActivityError) and err.cause is not None:
         err = err.cause
     return str(err) or type(err).__name__
+
+
+def turn_error(err: ActivityError, model_retry_s: float | None) -> str:
+    """A failed turn's error, in one line: what went wrong, without Keel's error type names.
+
+    ``failure_text``, but a failure of Keel's own type (``KeelModelTransientError``, ...) is
+    its message alone, and a model call that ran out of ``model_retry_s`` says so.
+    """
+    timed_out = model_timed_out(err, model_retry_s)
+    if timed_out is not None:
+        return timed_out
+    inner: BaseException = err
+    while isinstance(inner, ActivityError) and inner.cause is not None:
+        inner = inner.cause
+    if isinstance(inner, ApplicationError) and (inner.type or "").startswith("Keel"):
+        return inner.message or failure_text(err)
+    return failure_text(err)
+
+
+def model_timed_out(err: ActivityError, retry_s: float | None) -> str | None:
+    """A turn's error when its model call ran out of ``SessionConfig.model_retry_s``, else None.
+
+    Temporal ends the call at its schedule-to-close timeout: while an attempt runs (a
+    ``TimeoutError``, its cause the last attempt's failure when there was one), or when the
+    next retry would come after it (the last failure, retry state ``TIMEOUT``). One line: how
+    long, and the last error.
+    """
+    cause = err.cause
+    timed_out = isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_CLOSE
+    if err.activity_type != MODEL_ACTIVITY or retry_s is None:
+        return None
+    if not (timed_out or err.retry_state == RetryState.TIMEOUT):
+        return None
+    last = cause.cause if timed_out and isinstance(cause, TimeoutError) else cause
+    said = f"; last error: {failure_text(last)}" if last is not None else ""
+    return f"the model did not answer within {retry_s:g} s, retries included (model_retry_s){said}"

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         MODEL_RETRY,
         MODEL_START_TO_CLOSE,
         heartbeat_timeout,
+        model_schedule_to_close,
     )
     from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
     from keel.workflows.contracts import (
@@ -62,9 +63,9 @@ with workflow.unsafe.imports_passed_through():
         COMPLETING_STOP_REASONS,
         MAX_TOKENS_ERROR,
         close_unexecuted,
-        failure_text,
         id_conflicts,
         results_message,
+        turn_error,
     )
     from keel.workflows.decisions import Decisions
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
@@ -330,7 +331,8 @@ class AgentSession:
         except _TurnCancelled:
             ledger.end_turn(record, "cancelled", "cancelled", error=ledger.cancel_reason)
         except ActivityError as err:
-            ledger.end_turn(record, "failed", record.stop_reason, error=failure_text(err))
+            error = turn_error(err, self._config.model_retry_s)
+            ledger.end_turn(record, "failed", record.stop_reason, error=error)
         finally:
             if not self._continuing:
                 ledger.leave_turn()
@@ -465,6 +467,7 @@ class AgentSession:
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,
+            schedule_to_close_timeout=model_schedule_to_close(self._config.model_retry_s),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=MODEL_RETRY,
         )

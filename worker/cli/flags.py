@@ -130,6 +130,13 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         help="tokens allowed per turn (default 2,000,000)",
     )
     cmd.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
+    cmd.add_argument(
+        "--model-retry",
+        type=float,
+        metavar="SECONDS",
+        help="how long a model that does not answer is retried before the turn fails "
+        "(default 600)",
+    )
     cmd.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
     cmd.add_argument(
         "--output-schema", metavar="FILE", help="JSON Schema file of the turn's structured output"

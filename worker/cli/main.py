@@ -29,6 +29,8 @@ from keel.worker.cli.console import EXIT_FAILED, EXIT_INVALID, EXIT_PIPE
 from keel.worker.cli.flags import Parser, Subparsers
 
 if TYPE_CHECKING:
+    import logging
+
     from temporalio.service import RPCError
 
     from keel.worker.settings import Settings
@@ -114,10 +116,10 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     from keel.worker.client.errors import NoWorker
     from keel.worker.settings import Settings
 
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_log_format(tracebacks=args.verbose))
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler]
     )
     invalid, failed = _failures()
     settings = Settings.from_env()
@@ -205,6 +207,28 @@ def _argument_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                 names[action.dest] = f"the {action.dest.replace('_', ' ')} argument"
         current = chosen
     return names
+
+
+def _log_format(*, tracebacks: bool) -> logging.Formatter:
+    """How the log lines of a command (its embedded worker's too) look on stderr.
+
+    One line each: an exception logged with a line (the SDK's "Completing activity as
+    failed") adds ``type: message``, not its traceback, unless ``tracebacks`` (``-v``). A
+    worker with a log of its own (``keel worker``, ``keel dev``: ``--log-format``) keeps
+    the details there.
+    """
+    import logging
+
+    class OneLine(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            if tracebacks or not record.exc_info:
+                return super().format(record)
+            err = record.exc_info[1]
+            plain = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+            said = f": {type(err).__name__}: {err}" if err is not None else ""
+            return super().format(plain) + said
+
+    return OneLine("%(levelname)s %(name)s: %(message)s")
 
 
 def _fail(code: int, message: str, *, verbose: bool) -> int:

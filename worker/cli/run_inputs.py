@@ -51,6 +51,7 @@ _FLAGS = {
     "max_cycles_per_turn": "--max-cycles",
     "max_turn_tokens": "--turn-token-budget",
     "max_session_tokens": "--token-budget",
+    "model_retry_s": "--model-retry",
     "output_schema": "--output-schema",
     "notify": "--notify",
 }
@@ -215,6 +216,7 @@ def new_session_config(
         "max_cycles_per_turn": args.max_cycles,
         "max_turn_tokens": args.turn_token_budget,
         "max_session_tokens": args.token_budget,
+        "model_retry_s": args.model_retry,
         "output_schema": read_output_schema(args.output_schema),
         "approver_keys": approver_keys(args.approver_key) if args.approver_key else None,
         "notify": args.notify,

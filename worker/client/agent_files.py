@@ -3,7 +3,7 @@
 ``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
-    turn_token_budget, token_budget, context_messages, output_schema, notify,
+    turn_token_budget, token_budget, model_retry_s, context_messages, output_schema, notify,
     [agents.NAME] (+ description)
 
 A problem is an ``AgentFileError`` naming the file, the line and the key (``tomllib`` gives no
@@ -49,6 +49,7 @@ class _AgentTable(BaseModel):
     max_cycles: int | None = Field(default=None, gt=0)
     turn_token_budget: int | None = Field(default=None, gt=0)
     token_budget: int | None = Field(default=None, gt=0)
+    model_retry_s: float | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
     notify: list[str] | None = None
@@ -154,11 +155,12 @@ class _Reader:
             "max_cycles_per_turn": table.max_cycles,
             "max_turn_tokens": table.turn_token_budget,
             "max_session_tokens": table.token_budget,
+            "model_retry_s": table.model_retry_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
-        for bound in ("max_cycles_per_turn", "max_turn_tokens"):
+        for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):
             if settings[bound] is None:
                 del settings[bound]
         if table.output_schema is not None:

@@ -229,3 +229,10 @@ def test_turn_bounds_from_the_file_and_their_defaults(tmp_path: Path) -> None:
     assert plain.config.max_cycles_per_turn == 100  # the defaults, not "no limit"
     assert plain.config.max_turn_tokens == 2_000_000
     assert plain.agents["helper"].config.max_cycles_per_turn == 100
+
+
+def test_model_retry_from_the_file_and_its_default(tmp_path: Path) -> None:
+    bounded = load_agent_file(write(tmp_path, 'model = "scripted:x"\nmodel_retry_s = 30.5\n'))
+    assert bounded.config.model_retry_s == 30.5
+    plain = load_agent_file(write(tmp_path, 'model = "scripted:x"\n'))
+    assert plain.config.model_retry_s == 600  # the default, not "no bound"
