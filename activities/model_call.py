@@ -8,9 +8,9 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -29,6 +29,7 @@ from keel.activities.models import (
     ModelError,
     ModelTransientError,
     abort_call,
+    converse_tool_config,
     is_async_provider,
     provider_imported,
     resolve_model,
@@ -152,6 +153,8 @@ class ModelActivities:
         store: ConversationStore,
         mcp: McpServers | None = None,
         streams: TextStreams | None = None,
+        request_log: str | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """Use a store for conversation prefixes, and describe the MCP servers' tools too.
 
@@ -160,12 +163,33 @@ class ModelActivities:
             mcp: the MCP servers whose tools are described to the model.
             streams: the worker's stream endpoint, which serves streamed text to watchers;
                 None: watchers get only the tail of the text, from heartbeat details.
+            request_log: a file to append every request a model is sent to, one JSON line
+                each (``KEEL_SCRIPTED_LOG``), so a test can see what the model saw.
+            environ: the worker's environment, read once by its settings: what providers
+                take their variables from (``OPENAI_BASE_URL``, say).
         """
         self.store = store
         self.mcp = mcp
         self.streams = streams
+        self.request_log = request_log
+        self.environ = dict(environ or {})
         # Tool specs by digest, validated once: a session sends the same digest every call.
         self._specs = functools.lru_cache(maxsize=256)(self._load_specs)
+
+    def _log(self, view: ModelRequest) -> None:
+        """Append the request a model is sent to ``request_log``, when there is one."""
+        if self.request_log is None:
+            return
+        record: dict[str, Any] = {
+            "session": view.session_id,
+            "messages": [m.model_dump(mode="json") for m in view.messages],
+            "tools": converse_tool_config(view.tools),
+        }
+        if view.system is not None:
+            record["system"] = view.system
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with _LOG_LOCK, open(self.request_log, "a", encoding="utf-8") as log:
+            log.write(line)
 
     def _load_specs(self, digest: str) -> list[ToolSpec]:
         return TOOL_SPECS.validate_python(self.store.get_document(digest))
@@ -290,9 +314,9 @@ class ModelActivities:
         spec = request.model
         provider: AnyModelProvider
         if provider_imported(spec):
-            provider = resolve_model(spec)
+            provider = resolve_model(spec, self.environ)
         else:  # the first call of a provider imports its module (boto3, say): not on the loop
-            provider = await asyncio.to_thread(resolve_model, spec)
+            provider = await asyncio.to_thread(resolve_model, spec, self.environ)
 
         def prepare() -> tuple[ModelRequest, dict[str, object]]:
             view, stored, tools_digest, described = self._resolve(request)
@@ -307,9 +331,11 @@ class ModelActivities:
                 view, extra = await asyncio.to_thread(prepare)
                 view = fitted(view, context_tokens(provider))
                 try:
+                    self._log(view)
                     response = await provider.converse(view, progress)
                 except ContextTooLong as err:
                     view = trimmed(view, err)
+                    self._log(view)
                     response = await provider.converse(view, progress)
             else:
                 blocking = provider
@@ -318,9 +344,11 @@ class ModelActivities:
                     view, extra = prepare()
                     view = fitted(view, context_tokens(blocking))
                     try:
+                        self._log(view)
                         return view, extra, blocking.converse(view, progress)
                     except ContextTooLong as err:
                         view = trimmed(view, err)
+                        self._log(view)
                         return view, extra, blocking.converse(view, progress)
 
                 view, extra, response = await asyncio.to_thread(in_thread)
@@ -360,6 +388,7 @@ class ModelActivities:
             work.cancel()  # a thread cannot be stopped: this only drops its result
 
 
+_LOG_LOCK = threading.Lock()
 # "maximum context length is 4096", "context window of 4096", "context size (4096)", "n_ctx 4096"
 _WINDOW_IN_ERROR = re.compile(
     r"(?:context(?: length| window| size)?|n_ctx)\D{0,24}?(\d{3,8})", re.IGNORECASE

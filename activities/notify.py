@@ -23,7 +23,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import threading
 import time
 import urllib.error
@@ -57,7 +56,7 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def _request(request: NotifyRequest, attempt: int) -> urllib.request.Request:
+def _request(request: NotifyRequest, attempt: int, secret: str | None) -> urllib.request.Request:
     body = json.dumps(request.event, sort_keys=True).encode()
     headers = {
         "Content-Type": "application/json",
@@ -66,7 +65,6 @@ def _request(request: NotifyRequest, attempt: int) -> urllib.request.Request:
         "X-Keel-Delivery": str(request.event.get("id", "")),
         "X-Keel-Attempt": str(attempt),
     }
-    secret = os.environ.get(SECRET_ENV)
     if secret:
         timestamp = str(int(time.time()))
         headers[TIMESTAMP_HEADER] = timestamp
@@ -125,14 +123,25 @@ async def _in_thread(request: urllib.request.Request) -> tuple[int, str | None]:
     return await done
 
 
-@activity.defn(name=NOTIFY_ACTIVITY)
-async def post_notification(request: NotifyRequest) -> NotifyResponse:
-    """POST one notification; fail the attempt when the receiver did not take it.
+class Notifications:
+    """The activity ``keel.notify.post``, signing with the worker's ``KEEL_NOTIFY_SECRET``."""
 
-    Raises:
-        ApplicationError: ``NOTIFY_REFUSED`` (not retried) for a 4xx answer but 408 and 429;
-            a retryable one for any other failure.
-    """
+    def __init__(self, secret: str | None = None) -> None:
+        """Sign every POST with ``secret`` (HMAC-SHA256) when one is given."""
+        self.secret = secret or None
+
+    @activity.defn(name=NOTIFY_ACTIVITY)
+    async def post(self, request: NotifyRequest) -> NotifyResponse:
+        """POST one notification; fail the attempt when the receiver did not take it.
+
+        Raises:
+            ApplicationError: ``NOTIFY_REFUSED`` (not retried) for a 4xx answer but 408 and
+                429; a retryable one for any other failure.
+        """
+        return await _post(request, self.secret)
+
+
+async def _post(request: NotifyRequest, secret: str | None) -> NotifyResponse:
     attempt = activity.info().attempt
     to = where(request.url)
     try:  # SessionConfig checked them; a raw client's payload is checked again here
@@ -140,7 +149,7 @@ async def post_notification(request: NotifyRequest) -> NotifyResponse:
     except ValueError as err:
         raise ApplicationError(str(err), type=NOTIFY_REFUSED, non_retryable=True) from err
     try:
-        status, location = await _in_thread(_request(request, attempt))
+        status, location = await _in_thread(_request(request, attempt, secret))
     except (OSError, ValueError) as err:
         logger.warning("notification to %s, attempt %s: %s", to, attempt, err)
         raise ApplicationError(f"POST to {to} failed: {err}") from err

@@ -138,3 +138,24 @@ def test_nothing_imports_keel_by_its_old_top_level_names() -> None:
         and old.search(p.read_text())
     ]
     assert offenders == []
+
+
+# Code that may read the environment itself, and why.
+READS_ENVIRONMENT = {
+    # the one place Keel reads its settings
+    "worker/settings.py",
+    # an example tool: tools are the user's code, and may read their own environment
+    "activities/examples/workspace.py",
+}
+
+
+def test_only_the_settings_read_the_environment() -> None:
+    """Settings are read once, at the edge (the CLI, a KeelPlugin), and passed down."""
+    reads = re.compile(r"\bos\.environ\b|\bos\.getenv\b|\bgetenv\(")
+    found = [
+        str(path.relative_to(ROOT))
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if str(path.relative_to(ROOT)) not in READS_ENVIRONMENT and reads.search(path.read_text())
+    ]
+    assert found == []

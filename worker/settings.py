@@ -96,6 +96,18 @@ class Settings:
             (``keel worker --deployment``); None: an unversioned worker.
         build_id: ``KEEL_BUILD_ID``, this worker's version in that deployment (the image
             tag, say); given together with ``deployment``.
+        request_log: ``KEEL_SCRIPTED_LOG``, a file every model request is appended to.
+        notify_secret: ``KEEL_NOTIFY_SECRET``, the key that signs notifications.
+        approver: ``KEEL_APPROVER``, who decides (default: the user's name).
+        approver_key: ``KEEL_APPROVER_KEY``, the private key file decisions are signed with.
+        codec_token: ``KEEL_CODEC_TOKEN``, the bearer token of ``keel codec-server``.
+        ui_token, ui_key, ui_approver: ``KEEL_UI_TOKEN``, ``KEEL_UI_KEY``,
+            ``KEEL_UI_APPROVER`` of ``keel ui``.
+        temporal_cli: ``KEEL_TEMPORAL_CLI``, the ``temporal`` executable to embed.
+        environ: the environment these were read from, once: what MCP server configurations
+            name (``KEEL_MCP_<NAME>_ENV`` / ``_HEADERS``) is read from it.
+
+    This is the one place Keel reads its environment (``tests/test_layout.py`` checks).
     """
 
     address: str | None
@@ -120,6 +132,16 @@ class Settings:
     stream_advertise: str | None = None
     deployment: str | None = None
     build_id: str | None = None
+    request_log: str | None = None
+    notify_secret: str | None = field(default=None, repr=False)
+    approver: str | None = None
+    approver_key: str | None = None
+    codec_token: str | None = field(default=None, repr=False)
+    ui_token: str | None = field(default=None, repr=False)
+    ui_key: str | None = None
+    ui_approver: str | None = None
+    temporal_cli: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def store(self) -> str:
@@ -160,6 +182,16 @@ class Settings:
             stream_advertise=env.get("KEEL_STREAM_ADVERTISE") or None,
             deployment=(env.get("KEEL_DEPLOYMENT") or "").strip() or None,
             build_id=(env.get("KEEL_BUILD_ID") or "").strip() or None,
+            request_log=env.get("KEEL_SCRIPTED_LOG") or None,
+            notify_secret=env.get("KEEL_NOTIFY_SECRET") or None,
+            approver=env.get("KEEL_APPROVER") or None,
+            approver_key=env.get("KEEL_APPROVER_KEY") or None,
+            codec_token=env.get("KEEL_CODEC_TOKEN") or None,
+            ui_token=env.get("KEEL_UI_TOKEN") or None,
+            ui_key=env.get("KEEL_UI_KEY") or None,
+            ui_approver=env.get("KEEL_UI_APPROVER") or None,
+            temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
+            environ=dict(env),
         )
 
     def deployment_version(self) -> WorkerDeploymentVersion | None:

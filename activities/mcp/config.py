@@ -14,7 +14,6 @@ and a few more), not the worker's (which may hold cloud credentials and Keel's k
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Mapping
@@ -162,8 +161,8 @@ def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpSe
     Args:
         spec: e.g. ``git=mcp-server-git --repository .`` or ``docs=https://host/mcp``.
         environ: where to read ``KEEL_MCP_<NAME>_HEADERS`` (a JSON object) for an HTTP
-            server, ``KEEL_MCP_<NAME>_ENV`` (a JSON object) for a stdio one; default
-            ``os.environ``.
+            server, ``KEEL_MCP_<NAME>_ENV`` (a JSON object) for a stdio one: the environment
+            the settings were read from (``Settings.environ``); none when not given.
 
     Returns:
         The server's configuration.
@@ -197,7 +196,7 @@ def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpSe
 
 
 def _json_object(variable: str, environ: Mapping[str, str] | None) -> dict[str, str]:
-    raw = (os.environ if environ is None else environ).get(variable)
+    raw = (environ or {}).get(variable)
     if raw is None or not raw.strip():
         return {}
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from keel.activities.models.base import (
     AnyModelProvider,
@@ -21,6 +21,7 @@ from keel.activities.models.base import (
     ModelProvider,
     ModelTransientError,
     abort_call,
+    converse_tool_config,
     is_async_provider,
 )
 
@@ -45,8 +46,11 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     return prefix, rest
 
 
-def resolve_model(spec: str) -> AnyModelProvider:
+def resolve_model(spec: str, environ: Mapping[str, str] | None = None) -> AnyModelProvider:
     """The provider for a model spec ``<provider>:<model>``.
+
+    ``environ``: the worker's environment, read once by its settings (``Settings.environ``):
+    a provider takes its ecosystem's variables from it (``OPENAI_BASE_URL``, say).
 
     Raises:
         ModelError: the spec is malformed or names an unknown provider, or the provider
@@ -54,8 +58,10 @@ def resolve_model(spec: str) -> AnyModelProvider:
     """
     prefix, rest = parse_model_spec(spec)
     module, name = PROVIDERS[prefix]
-    factory: Callable[[str], AnyModelProvider] = getattr(importlib.import_module(module), name)
-    return factory(rest)
+    factory: Callable[[str, Mapping[str, str]], AnyModelProvider] = getattr(
+        importlib.import_module(module), name
+    )
+    return factory(rest, environ or {})
 
 
 def provider_imported(spec: str) -> bool:
@@ -77,6 +83,7 @@ __all__ = [
     "ModelProvider",
     "ModelTransientError",
     "abort_call",
+    "converse_tool_config",
     "is_async_provider",
     "parse_model_spec",
     "provider_imported",

@@ -21,6 +21,7 @@ import base64
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -156,12 +157,13 @@ def _parse_spec(spec: str) -> tuple[str, bool, str | None]:
 class BedrockProvider:
     """Calls a Bedrock model with ConverseStream (or Converse) and returns one message."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, environ: Mapping[str, str] | None = None) -> None:
         """Create a provider for a model.
 
         Args:
             spec: the part of the model spec after ``bedrock:``: ``<model-id>`` optionally
                 followed by ``?stream=false`` and/or ``region=<aws-region>``.
+            environ: unused: boto3 reads the AWS configuration chain itself.
 
         Raises:
             ModelError: the model id is empty or an option is unknown.

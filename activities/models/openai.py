@@ -73,13 +73,12 @@ import contextlib
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,10 +257,12 @@ class OpenAIProvider:
         api_key: the bearer token, if ``OPENAI_API_KEY`` is set.
     """
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, environ: Mapping[str, str] | None = None) -> None:
         """Create a provider for the part of a spec after ``openai:``.
 
         Args:
+            environ: where ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` are read (the worker's
+                settings' environment); none: the defaults, no key.
             model: ``<model>[?stream=true|false&timeout=<seconds>&tool_choice=auto|omit
                 &context_tokens=<n>]``.
 
@@ -294,12 +295,13 @@ class OpenAIProvider:
                     "options are stream=true|false, timeout=<seconds>, "
                     f"tool_choice=auto|omit and context_tokens=<at least {MIN_CONTEXT}>"
                 )
-        base = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+        environ = environ or {}
+        base = environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         parts = urllib.parse.urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ModelError(f"{BASE_URL_ENV}={base!r} is not an http(s) URL")
         self.base_url = base.rstrip("/")
-        self.api_key = os.environ.get(API_KEY_ENV) or None
+        self.api_key = environ.get(API_KEY_ENV) or None
         self._connections = _Connections()
         self._opener = urllib.request.build_opener(
             _TrackedHTTPHandler(self._connections), _TrackedHTTPSHandler(self._connections)

@@ -2,29 +2,23 @@
 
 Used by tests and by the credential-free demo. The i-th call of a session (i = number of
 assistant messages in the conversation it is given) returns ``responses[i]``; past the end is
-an error. With ``KEEL_SCRIPTED_LOG=<path>`` set in the worker's environment, every request is
-appended to that file as one JSON line, so a test can see what the model saw.
+an error. (``KEEL_SCRIPTED_LOG`` makes the model activity log every request a model is sent,
+this one's included: see ``keel.activities.model_call``.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
-import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, ValidationError
 
-from keel.activities.models.base import DeltaCallback, ModelError, converse_tool_config
+from keel.activities.models.base import DeltaCallback, ModelError
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.contracts import KeelModel
 from keel.workflows.messages import ContentBlock, Message, TokenUsage
-
-LOG_ENV = "KEEL_SCRIPTED_LOG"
-_log_lock = threading.Lock()
 
 
 class ScriptedResponse(KeelModel):
@@ -75,11 +69,12 @@ def _parsed(path: str, mtime_ns: int, size: int) -> Script:
 class ScriptedProvider:
     """Replays ``responses[i]`` for the i-th model call of a session."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, environ: Mapping[str, str] | None = None) -> None:
         """Create a provider for a script file.
 
         Args:
             path: the script's path, relative to the worker's working directory or absolute.
+            environ: unused (every provider is given the worker's environment).
         """
         if not path:
             raise ModelError("scripted model spec needs a file: scripted:<path.json>")
@@ -92,7 +87,6 @@ class ScriptedProvider:
         parsed once per version of the file; a stat checks the version), so the model
         activity runs it on the event loop, without a thread.
         """
-        _log_request(request)
         script = load_script(self.path)
         index = sum(1 for m in request.messages if m.role == "assistant")
         if index >= len(script.responses):
@@ -117,19 +111,3 @@ class ScriptedProvider:
             stopReason=entry.stopReason,
             usage=usage,
         )
-
-
-def _log_request(request: ModelRequest) -> None:
-    log_path = os.environ.get(LOG_ENV)
-    if not log_path:
-        return
-    record: dict[str, Any] = {
-        "session": request.session_id,
-        "messages": [m.model_dump(mode="json") for m in request.messages],
-        "tools": converse_tool_config(request.tools),
-    }
-    if request.system is not None:
-        record["system"] = request.system
-    line = json.dumps(record, separators=(",", ":")) + "\n"
-    with _log_lock, open(log_path, "a", encoding="utf-8") as f:
-        f.write(line)

@@ -41,7 +41,7 @@ class SmallModel:
 
     window = 600
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, environ: object = None) -> None:
         self.context_tokens: int | None = int(spec) if spec else None
 
     async def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:

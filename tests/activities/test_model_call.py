@@ -36,7 +36,7 @@ def _answer(text: str = "hi") -> ModelResponse:
 class AsyncProbe:
     """An async provider: notes its thread; ``probe-async:stall`` stalls after one delta."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, environ: object = None) -> None:
         self.mode = mode
 
     async def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
@@ -61,7 +61,7 @@ class AsyncProbe:
 class SyncProbe:
     """A blocking provider: notes its thread; ``probe-sync:stall`` stalls after one delta."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, environ: object = None) -> None:
         self.mode = mode
 
     def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:

@@ -6,12 +6,13 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from keel.activities.notify import post_notification, signature
+from keel.activities.notify import Notifications, signature
 from keel.workflows.activity_contracts import NotifyRequest
 from keel.workflows.activity_options import NOTIFY_REFUSED
 from tests.helpers.webhooks import receiver
 
 EVENT = {"id": "s/turn/1", "event": "turn_ended", "text": "done"}
+post_notification = Notifications().post  # a worker without KEEL_NOTIFY_SECRET
 
 
 @pytest.mark.parametrize(
@@ -58,12 +59,10 @@ async def test_nothing_listening_is_a_retryable_failure() -> None:
 async def test_a_redirect_is_a_failed_attempt_and_is_never_followed(
     status: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KEEL_NOTIFY_SECRET", "s3cret")
+    signed = Notifications("s3cret").post  # KEEL_NOTIFY_SECRET, as the worker's settings give it
     with receiver() as elsewhere, receiver(status=status, location=elsewhere.url) as hook:
         with pytest.raises(ApplicationError) as failed:
-            await ActivityEnvironment().run(
-                post_notification, NotifyRequest(url=hook.url, event=EVENT)
-            )
+            await ActivityEnvironment().run(signed, NotifyRequest(url=hook.url, event=EVENT))
         assert len(hook.received) == 1  # the POST, signed
         assert hook.received[0].headers["X-Keel-Signature"].startswith("sha256=")
         assert elsewhere.received == []  # neither the event nor its signature went on

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -89,7 +90,7 @@ def converse(
     req: ModelRequest | None = None, spec: str = "llama-test"
 ) -> tuple[ModelResponse, Deltas]:
     deltas = Deltas()
-    response = OpenAIProvider(spec).converse(req or request(), deltas)
+    response = OpenAIProvider(spec, os.environ).converse(req or request(), deltas)
     return response, deltas
 
 
@@ -99,14 +100,14 @@ def converse(
 def test_spec_resolves_and_reads_environment_at_creation(
     openai: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = resolve_model("openai:llama3.2:3b?timeout=5")
+    provider = resolve_model("openai:llama3.2:3b?timeout=5", os.environ)
     assert isinstance(provider, OpenAIProvider)
     assert provider.model == "llama3.2:3b" and provider.timeout_s == 5.0 and provider.stream
     assert provider.url == f"{openai.base_url}/chat/completions"
     monkeypatch.setenv("OPENAI_BASE_URL", "http://example.invalid:1/v1/")
-    assert OpenAIProvider("m").base_url == "http://example.invalid:1/v1"
+    assert OpenAIProvider("m", os.environ).base_url == "http://example.invalid:1/v1"
     monkeypatch.delenv("OPENAI_BASE_URL")
-    assert OpenAIProvider("m").base_url == "http://127.0.0.1:11434/v1"
+    assert OpenAIProvider("m", os.environ).base_url == "http://127.0.0.1:11434/v1"
 
 
 @pytest.mark.parametrize(
@@ -115,13 +116,13 @@ def test_spec_resolves_and_reads_environment_at_creation(
 )
 def test_bad_specs_are_model_errors(spec: str) -> None:
     with pytest.raises(ModelError):
-        OpenAIProvider(spec)
+        OpenAIProvider(spec, os.environ)
 
 
 def test_bad_base_url_is_a_model_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "localhost:11434")
     with pytest.raises(ModelError, match="OPENAI_BASE_URL"):
-        OpenAIProvider("m")
+        OpenAIProvider("m", os.environ)
 
 
 # ------------------------------------------------------------------------------ request body
@@ -431,7 +432,7 @@ def test_cut_stream_is_retryable(openai: FakeOpenAIServer) -> None:
     )
     deltas = Deltas()
     with pytest.raises(OpenAITransientError, match="broke off|cut short") as caught:
-        OpenAIProvider("llama-test").converse(request(), deltas)
+        OpenAIProvider("llama-test", os.environ).converse(request(), deltas)
     assert not isinstance(caught.value, ModelError)
     assert "retry" not in str(caught.value)  # the activity says whether it retries
     assert "".join(deltas.calls)  # some text had arrived before the cut
@@ -542,7 +543,7 @@ def test_tool_choice_auto_is_sent_only_with_tools(openai: FakeOpenAIServer) -> N
 
 def test_tool_choice_omit_leaves_it_out(openai: FakeOpenAIServer) -> None:
     openai.enqueue(Reply(text="ok"))
-    provider = resolve_model("openai:llama-test?tool_choice=omit")
+    provider = resolve_model("openai:llama-test?tool_choice=omit", os.environ)
     assert isinstance(provider, OpenAIProvider) and provider.tool_choice == "omit"
     provider.converse(request(tools=[ADD]), Deltas())
     assert "tool_choice" not in openai.bodies[0] and openai.bodies[0]["tools"]
@@ -657,7 +658,7 @@ def test_5xx_names_the_server_and_status(openai: FakeOpenAIServer, status: int) 
 
 def test_abort_closes_a_long_unstreamed_request_at_once(openai: FakeOpenAIServer) -> None:
     openai.enqueue(Reply(text="late", delay_s=60))
-    provider = OpenAIProvider("llama-test?stream=false")
+    provider = OpenAIProvider("llama-test?stream=false", os.environ)
     outcome: list[BaseException | ModelResponse] = []
 
     def call() -> None:
@@ -690,7 +691,7 @@ def test_abort_closes_a_long_unstreamed_request_at_once(openai: FakeOpenAIServer
 def test_abort_of_a_streamed_request_with_tools_is_no_fallback(openai: FakeOpenAIServer) -> None:
     # shut before any event arrived: that empty stream says nothing about the server
     openai.enqueue(Reply(text="late", delay_s=60), Reply(text="never asked for"))
-    provider = OpenAIProvider("llama-test")
+    provider = OpenAIProvider("llama-test", os.environ)
     timer = threading.Timer(0.5, provider.abort)
     timer.start()
     with pytest.raises(OpenAITransientError, match="cancelled"):
@@ -701,7 +702,7 @@ def test_abort_of_a_streamed_request_with_tools_is_no_fallback(openai: FakeOpenA
 
 def test_abort_before_the_request_ends_it_when_it_connects(openai: FakeOpenAIServer) -> None:
     openai.enqueue(Reply(text="late", delay_s=60))
-    provider = OpenAIProvider("llama-test?stream=false")
+    provider = OpenAIProvider("llama-test?stream=false", os.environ)
     provider.abort()
     started = time.monotonic()
     with pytest.raises(OpenAITransientError, match="cancelled"):
@@ -741,7 +742,7 @@ async def one_call(
         client,
         task_queue=queue,
         workflows=[OneModelCall],
-        activities=[ModelActivities(store).converse],
+        activities=[ModelActivities(store, environ=os.environ).converse],
         max_cached_workflows=0,
     ):
         result: ModelResponse = await client.execute_workflow(

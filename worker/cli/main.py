@@ -123,6 +123,8 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     )
     invalid, failed = _failures()
     settings = Settings.from_env()
+    # what decides when no flag says: KEEL_APPROVER and KEEL_APPROVER_KEY, read in settings
+    args.approver_default, args.key_default = settings.approver, settings.approver_key
     try:
         code: int = asyncio.run(args.handler(args, settings))
         return code

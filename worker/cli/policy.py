@@ -21,14 +21,13 @@ if TYPE_CHECKING:  # what the command runs is imported when it runs: `keel --hel
 async def cmd_policy(args: argparse.Namespace, settings: Settings) -> int:
     """``keel policy``: list the standing approvals, or revoke one."""
     import getpass
-    import os
 
     from keel.worker.cli.session_access import existing_session, reading_session
     from keel.worker.shell import command
     from keel.workflows.standing import describe
 
     if args.revoke is not None:
-        by = args.approver or os.environ.get("KEEL_APPROVER") or getpass.getuser()
+        by = args.approver or getattr(args, "approver_default", None) or getpass.getuser()
         async with existing_session(
             settings, args.session, writes=True, wait_for_worker=True
         ) as access:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,13 +298,17 @@ def approver_keys(values: Sequence[str]) -> dict[str, str]:
     return keys
 
 
-def mcp_servers(values: Sequence[str]) -> list[McpServerConfig]:
+def mcp_servers(values: Sequence[str], environ: Mapping[str, str]) -> list[McpServerConfig]:
     """The MCP servers of ``--mcp NAME=COMMAND|URL`` flags.
+
+    Args:
+        values: the flags' values.
+        environ: where ``KEEL_MCP_<NAME>_ENV`` / ``_HEADERS`` are read (``Settings.environ``).
 
     Raises:
         McpConfigError: a value that names no server, or a bad command or URL.
     """
-    return [parse_mcp_spec(value) for value in values]
+    return [parse_mcp_spec(value, environ) for value in values]
 
 
 def check_model(spec: str, *, local: bool) -> None:

@@ -41,7 +41,8 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         config = WorkerSettings.load(flags=flags)
-        await serve_worker(settings, config, tool_modules(args.tools), mcp_servers(args.mcp))
+        servers = mcp_servers(args.mcp, settings.environ)
+        await serve_worker(settings, config, tool_modules(args.tools), servers)
     except ConfigError as err:
         raise UsageError(str(err)) from err
     return EXIT_OK
@@ -73,6 +74,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         ui_port=web_ui,
         namespace=settings.namespace,
         shared=True,
+        cli=settings.temporal_cli,
     ) as server:
         client, _ = await connect_configured(
             Settings(
@@ -82,7 +84,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 decryption_keys=settings.decryption_keys,
             )
         )
-        async with mcp_servers_running(mcp_servers(args.mcp)) as mcp:
+        async with mcp_servers_running(mcp_servers(args.mcp, settings.environ)) as mcp:
             worker = build_worker(
                 client,
                 settings.task_queue,
@@ -146,7 +148,7 @@ def add_parser(sub: flags.Subparsers) -> None:
         description="Run a worker until SIGTERM or Ctrl-C. Each flag overrides the "
         "environment variable named in its help; see docs/deployment.md.",
     )
-    worker.add_argument("--tools", help="tool modules, comma separated")
+    worker.add_argument("--tools", help=flags.TOOLS_HELP)
     flags.mcp_flag(worker)
     worker.add_argument("--task-queue", help="task queue (default: KEEL_TASK_QUEUE or keel)")
     for flag, meta, text in _WORKER_SETTINGS:
@@ -157,7 +159,7 @@ def add_parser(sub: flags.Subparsers) -> None:
     worker.set_defaults(handler=cmd_worker)
 
     dev = sub.add_parser("dev", help="embedded Temporal dev server plus a worker")
-    dev.add_argument("--tools", help="tool modules, comma separated")
+    dev.add_argument("--tools", help=flags.TOOLS_HELP)
     flags.mcp_flag(dev)
     dev.add_argument("--port", type=flags.port, default=7233, help="Temporal's port (default 7233)")
     dev.add_argument(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -72,7 +71,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"the prompt: {err}") from None
     messages = read_messages(args.messages) if args.messages else []
     modules = tool_modules(args.tools)
-    servers = mcp_servers(args.mcp)
+    servers = mcp_servers(args.mcp, settings.environ)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
     agent = read_agent(args.agent, args.model or settings.model)
     model: str | None = args.model or (agent.config.model if agent else settings.model)
@@ -269,8 +268,9 @@ def _acting(
     from keel.worker.cli.run_inputs import mcp_servers
     from keel.worker.cli.session_access import existing_session
 
+    servers = mcp_servers(args.mcp, settings.environ)
     return existing_session(
-        settings, args.session, writes=writes, wait_for_worker=True, mcp=mcp_servers(args.mcp)
+        settings, args.session, writes=writes, wait_for_worker=True, mcp=servers
     )
 
 
@@ -341,12 +341,13 @@ def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
     """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
     from keel.worker.signing import ApproverKey
 
-    path = getattr(args, "key", None) or os.environ.get("KEEL_APPROVER_KEY")
+    path = getattr(args, "key", None) or getattr(args, "key_default", None)
     return ApproverKey.load(path) if path else None
 
 
 def _approver(args: argparse.Namespace) -> str:
-    return getattr(args, "approver", None) or os.environ.get("KEEL_APPROVER") or getpass.getuser()
+    named = getattr(args, "approver", None) or getattr(args, "approver_default", None)
+    return named or getpass.getuser()
 
 
 async def _finish_turn(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -49,10 +48,10 @@ def build_app(
     from keel.worker.ui.app import create_app
     from keel.worker.ui.source import Signer
 
-    token = os.environ.get(TOKEN_ENV) or None
-    path = key_path or os.environ.get(KEY_ENV)
+    token = settings.ui_token
+    path = key_path or settings.ui_key
     signer = Signer(ApproverKey.load(path)) if path else None
-    approver = os.environ.get(APPROVER_ENV) or None
+    approver = settings.ui_approver
     app = create_app(source, token=token, signer=signer, approver=approver)
     guard = (
         f"open it once with ?token=${TOKEN_ENV}"
@@ -98,7 +97,7 @@ async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     from keel.worker.ui.serving import check_bind, ui_running
     from keel.worker.ui.source import TemporalDown
 
-    check_bind(args.host, os.environ.get(TOKEN_ENV))
+    check_bind(args.host, settings.ui_token)
     source = ui_source(settings)
     app, guard = build_app(settings, source, args.key)
     try:

@@ -56,7 +56,7 @@ from temporalio.worker import (
 
 from keel.activities.mcp.config import McpServerConfig
 from keel.activities.model_call import ModelActivities
-from keel.activities.notify import post_notification
+from keel.activities.notify import Notifications
 from keel.activities.store import ConversationStore, open_store
 from keel.activities.store.encrypted import Keyring
 from keel.activities.sub_agents import child_report, forward
@@ -156,7 +156,9 @@ class KeelPlugin(SimplePlugin):
             self._mcp = mcp_servers
         stream = stream_config or StreamConfig.of(settings.stream_listen, settings.stream_advertise)
         streams = stream_endpoint(stream)
-        model = ModelActivities(self.store, self._mcp, streams)
+        model = ModelActivities(
+            self.store, self._mcp, streams, settings.request_log, settings.environ
+        )
         tools = ToolActivities(self.store, self._mcp)
         self._sticky_timeout = timedelta(seconds=sticky_timeout_s)
         self.interceptors_added = _interceptors(tracer_provider)
@@ -164,7 +166,13 @@ class KeelPlugin(SimplePlugin):
             "keel",
             data_converter=lambda _: self.converter,
             workflows=[AgentSession],
-            activities=[model.converse, tools.run, post_notification, child_report, forward],
+            activities=[
+                model.converse,
+                tools.run,
+                Notifications(settings.notify_secret).post,
+                child_report,
+                forward,
+            ],
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:

@@ -252,7 +252,13 @@ async def open_connection(
         client, address = await connect_configured(settings)
         yield TemporalConnection(client=client, address=address, settings=settings)
         return
-    server = DevServer(settings.home, ui=False, namespace=settings.namespace, port=port)
+    server = DevServer(
+        settings.home,
+        ui=False,
+        namespace=settings.namespace,
+        port=port,
+        cli=settings.temporal_cli,
+    )
     if not server.db_path.exists():
         if create is None:
             raise NoServerFound(nowhere(settings))

