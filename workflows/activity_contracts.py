@@ -8,7 +8,7 @@ Pure module: imported by workflow code.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -17,6 +17,7 @@ from keel.workflows.contracts import (
     Decision,
     InferenceConfig,
     InterruptAck,
+    JudgeCriteria,
     KeelModel,
     PrefixRef,
     ToolSpec,
@@ -234,3 +235,32 @@ class ForwardResponse(KeelModel):
 
     ack: InterruptAck | None = None
     refused: str | None = None
+
+
+class JudgeRequest(KeelModel):
+    """Input of ``keel.judge.decide``: one gated tool call, for a judge to weigh.
+
+    Attributes:
+        session_id: the session.
+        tool_use: the call exactly as the model produced it: untrusted data (the model may
+            have read hostile text), never instructions to the judge.
+        reason: why the call needs approval.
+        criteria: what the call is held against.
+        judge: ``module:function`` to ask, or None.
+        judge_model: a model spec to ask, or None.
+    """
+
+    session_id: str
+    tool_use: ToolUse
+    reason: str
+    criteria: JudgeCriteria
+    judge: str | None = None
+    judge_model: str | None = None
+
+
+class JudgeVerdict(KeelModel):
+    """Answer of ``keel.judge.decide``: approve, deny or escalate, why, and how sure."""
+
+    action: Literal["approve", "deny", "escalate"]
+    reason: str = ""
+    confidence: float = Field(default=0.0, ge=0, le=1)

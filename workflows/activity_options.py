@@ -14,6 +14,7 @@ TOOL_ACTIVITY = "keel.tool.run"
 NOTIFY_ACTIVITY = "keel.notify.post"
 CHILD_REPORT_ACTIVITY = "keel.session.child_report"
 FORWARD_ACTIVITY = "keel.session.forward"
+JUDGE_ACTIVITY = "keel.judge.decide"
 
 # Error types an activity raises (as ApplicationError.type) that retrying cannot fix.
 MODEL_ERROR_NON_RETRYABLE = "KeelModelError"
@@ -93,6 +94,12 @@ SESSION_CALL_RETRY = RetryPolicy(
     maximum_attempts=8,
     non_retryable_error_types=[NOT_OUR_CHILD],
 )
+
+
+# A judge in the gate (keel.judge.decide): one model call or function at most this long, tried
+# twice; what fails or times out goes to a person.
+JUDGE_START_TO_CLOSE = timedelta(seconds=60)
+JUDGE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_attempts=2)
 
 
 def tool_start_to_close(timeout_s: float) -> timedelta:

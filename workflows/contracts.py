@@ -40,6 +40,7 @@ EventType = Literal[
     "standing_approval_granted",
     "standing_approval_used",
     "standing_approval_revoked",
+    "judge_verdict",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
@@ -164,6 +165,10 @@ class SessionConfig(KeelModel):
             the turn fails with the last error. Default ``DEFAULT_MODEL_RETRY_S``, 600 s;
             None: no bound. An answer retrying cannot fix (401, 404, an unknown model) fails
             the turn at once.
+        judge: a judge in the gate: ``module:function`` on the workers, given each gated call
+            with its criteria (``keel.workflows.judging``); a person decides what it does not.
+        judge_model: a model spec that judges instead of a function.
+        judge_criteria: criteria by tool name; a tool without criteria always goes to a person.
         auto_upgrade: on versioned workers (``keel worker --deployment``), move to the
             deployment's current version at the next workflow task instead of staying pinned
             to the version the session started on; for changes that replay (``keel deploy
@@ -192,11 +197,30 @@ class SessionConfig(KeelModel):
     heartbeat_timeout_s: float | None = Field(default=None, ge=0.5, le=600)
     model_retry_s: float | None = Field(default=DEFAULT_MODEL_RETRY_S, gt=0)
     auto_upgrade: bool = False
+    judge: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    judge_model: str | None = Field(default=None, min_length=1)
+    judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
 
     @field_validator("notify")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
         return notify_urls(urls)
+
+
+class JudgeCriteria(KeelModel):
+    """What a judge in the gate holds one tool's calls against (``keel.workflows.judging``).
+
+    Attributes:
+        approve_when: when the call may be approved (all must hold).
+        escalate_when: when a person must decide, whatever else holds.
+        deny_when: when the call is denied (any one suffices).
+        min_confidence: a verdict less sure than this goes to a person.
+    """
+
+    approve_when: list[str] = Field(default_factory=list)
+    escalate_when: list[str] = Field(default_factory=list)
+    deny_when: list[str] = Field(default_factory=list)
+    min_confidence: float = Field(default=0.8, ge=0, le=1)
 
 
 class SubAgent(KeelModel):

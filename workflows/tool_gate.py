@@ -9,6 +9,7 @@ published for a client to run (``keel.workflows.client_tools``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.cycle import failure_text, stripped
     from keel.workflows.decisions import Decisions
     from keel.workflows.handlers import UpdateAnswers
+    from keel.workflows.judging import criteria_for, judge
     from keel.workflows.ledger import Ledger, PendingCycle
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
@@ -91,7 +93,7 @@ class ToolGate:
         elif (
             (needs_approval(spec, self._config) or verdict.action == "require_approval")
             and not self._stands(record, pending, use, spec)
-            and (refused := await self._approval(record, use, verdict.reason)).status
+            and (refused := await self._approval(record, use, spec, verdict.reason)).status
             != "approved"
         ):
             refusal = denial_text(refused)
@@ -205,11 +207,15 @@ class ToolGate:
 
     # ----------------------------------------------------------------------------- people
 
-    async def _approval(self, record: TurnRecord, use: ToolUse, why: str | None) -> Interrupt:
+    async def _approval(
+        self, record: TurnRecord, use: ToolUse, spec: ToolSpec, why: str | None
+    ) -> Interrupt:
         """Park the tool use behind an approval interrupt until a human decides (S4).
 
         An interrupt carried over from the previous run is waited on (or acted on, if it was
-        decided during the switch) rather than created again.
+        decided during the switch) rather than created again. With a judge in the gate and
+        criteria for the tool, the judge is asked meanwhile (``keel.workflows.judging``); a
+        person who decides first cancels it.
         """
         interrupt = self._open_interrupt_of(use, "approval") or self._open_interrupt(
             record,
@@ -218,7 +224,15 @@ class ToolGate:
             name=use.name,
             reason=why or f"tool {use.name!r} requires approval",
         )
-        await self._wait_for_human(interrupt)
+        criteria = criteria_for(self._config, spec)
+        judging = None
+        if criteria is not None and interrupt.status == "pending":
+            judging = asyncio.create_task(judge(self._config, self._ledger, interrupt, criteria))
+        try:
+            await self._wait_for_human(interrupt)
+        finally:
+            if judging is not None and not judging.done():
+                judging.cancel()  # a person decided first (or the turn ended)
         return interrupt
 
     def _open_interrupt_of(self, use: ToolUse, kind: str) -> Interrupt | None:

@@ -179,6 +179,7 @@ async def test_the_plugin_is_the_one_worker_assembly(
             "keel.notify.post",
             "keel.session.child_report",
             "keel.session.forward",
+            "keel.judge.decide",
         }
     # what the worker is given explicitly stays
     own = Worker(

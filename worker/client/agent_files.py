@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
-from keel.workflows.contracts import SessionConfig, SubAgent, notify_urls
+from keel.workflows.contracts import JudgeCriteria, SessionConfig, SubAgent, notify_urls
 from keel.workflows.structured import OUTPUT_TOOL
 
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
@@ -53,6 +53,9 @@ class _AgentTable(BaseModel):
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
     notify: list[str] | None = None
+    judge: str | None = None
+    judge_model: str | None = Field(default=None, min_length=1)
+    judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
 
     @field_validator("notify")
@@ -158,6 +161,13 @@ class _Reader:
             "model_retry_s": table.model_retry_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
+            "judge": table.judge,
+            "judge_model": (
+                sendable_model_spec(table.judge_model, cwd=self.path.parent)
+                if table.judge_model
+                else None
+            ),
+            "judge_criteria": table.judge_criteria,
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
         for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):

@@ -10,7 +10,8 @@ plugins=[KeelPlugin(...)])``: one assembly.
 What the plugin adds to a worker:
 
 - ``AgentSession`` and the activities ``keel.model.converse``, ``keel.tool.run``,
-  ``keel.notify.post``, ``keel.session.child_report`` and ``keel.session.forward``, with the
+  ``keel.notify.post``, ``keel.session.child_report``, ``keel.session.forward`` and
+  ``keel.judge.decide``, with the
   plugin's tool modules, MCP servers, store and stream endpoint;
 - Keel's workflow sandbox (``keel.worker.process.sandbox``), unless the worker names a runner;
 - ``KeelInterceptor`` (turn and cycle on every activity's logs, metrics), behind temporalio's
@@ -54,6 +55,7 @@ from temporalio.worker import (
     WorkerDeploymentConfig,
 )
 
+from keel.activities.judge import JudgeActivities
 from keel.activities.mcp.config import McpServerConfig
 from keel.activities.model_call import ModelActivities
 from keel.activities.notify import Notifications
@@ -172,6 +174,7 @@ class KeelPlugin(SimplePlugin):
                 Notifications(settings.notify_secret).post,
                 child_report,
                 forward,
+                JudgeActivities(settings.environ).decide,
             ],
         )
 

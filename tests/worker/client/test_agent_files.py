@@ -236,3 +236,17 @@ def test_model_retry_from_the_file_and_its_default(tmp_path: Path) -> None:
     assert bounded.config.model_retry_s == 30.5
     plain = load_agent_file(write(tmp_path, 'model = "scripted:x"\n'))
     assert plain.config.model_retry_s == 600  # the default, not "no bound"
+
+
+def test_a_judge_and_its_criteria_from_the_file(tmp_path: Path) -> None:
+    agent = load_agent_file(
+        write(
+            tmp_path,
+            'model = "scripted:x"\njudge = "tests.judges:by_criteria"\n'
+            "[judge_criteria.write_file]\n"
+            'approve_when = [\'path startswith "docs/"\']\nmin_confidence = 0.9\n',
+        )
+    )
+    assert agent.config.judge == "tests.judges:by_criteria"
+    criteria = agent.config.judge_criteria["write_file"]
+    assert criteria.approve_when == ['path startswith "docs/"'] and criteria.min_confidence == 0.9
