@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from keel.activities.store import ConversationStore, open_store
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
+from keel.worker.settings import Settings
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running
 from keel.worker.ui.source import KeelSource
@@ -39,10 +41,34 @@ def ui_keel(
 
 
 @pytest.fixture(scope="module")
+def ui_model_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's request log: its one worker's settings name it (KEEL_SCRIPTED_LOG)."""
+    return tmp_path_factory.mktemp("ui-log") / "model-requests.jsonl"
+
+
+@pytest.fixture
+def model_log(ui_model_log: Path) -> Callable[[], list[dict[str, Any]]]:
+    """The requests the module's worker sent its models (every test's, in order)."""
+
+    def _read() -> list[dict[str, Any]]:
+        if not ui_model_log.exists():
+            return []
+        return [json.loads(line) for line in ui_model_log.read_text().splitlines()]
+
+    return _read
+
+
+@pytest.fixture(scope="module")
 async def ui_worker(
-    temporal_env: WorkflowEnvironment, ui_queue: str, ui_store: ConversationStore
+    temporal_env: WorkflowEnvironment,
+    ui_queue: str,
+    ui_store: ConversationStore,
+    ui_model_log: Path,
 ) -> AsyncIterator[None]:
-    async with build_worker(temporal_env.client, ui_queue, [SAMPLE_TOOLS], store=ui_store):
+    settings = Settings.from_env({**os.environ, "KEEL_SCRIPTED_LOG": str(ui_model_log)})
+    async with build_worker(
+        temporal_env.client, ui_queue, [SAMPLE_TOOLS], store=ui_store, settings=settings
+    ):
         yield
 
 
