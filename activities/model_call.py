@@ -305,6 +305,9 @@ class ModelActivities:
     ) -> tuple[ModelResponse, dict[str, object]]:
         """The provider's answer, and what the activity adds to it.
 
+        One function on purpose (past 80 lines): its closures share the provider, the progress and
+        the stall flag of one call.
+
         The store's reads and writes run in a thread (``asyncio.to_thread``); a blocking
         provider runs in that same thread after them, an async one on the loop. Either way the
         call heartbeats on the loop's timer, and a started stream that goes quiet for

@@ -101,6 +101,9 @@ async def run_tool(
 ) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
+    One function on purpose (past 80 lines): the steps of one tool run, in the order they happen,
+    read top-down.
+
     Args:
         request: the tool use, its session, idempotency key and timeout (seconds, enforced
             here; zero or less means none).

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.handlers import UpdateAnswers, expect
     from keel.workflows.ledger import Ledger
-    from keel.workflows.standing import check_standing
+    from keel.workflows.standing import check_standing, matches
     from keel.workflows.sub_agents import SubAgents
 
 # decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
@@ -111,21 +111,33 @@ class Decisions:
             key = signer_fingerprint(self._config, message.approver)
             self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
             if message.always and status == "approved" and interrupt.kind == "approval":
-                self._ledger.grant(
-                    StandingApproval(
-                        tool=interrupt.tool_use.name,
-                        when=message.always_when,
-                        granted_by=message.approver,
-                        key_fingerprint=key,
-                        interrupt_id=interrupt.id,
-                        turn=interrupt.turn,
-                    )
+                approval = StandingApproval(
+                    tool=interrupt.tool_use.name,
+                    when=message.always_when,
+                    granted_by=message.approver,
+                    key_fingerprint=key,
+                    interrupt_id=interrupt.id,
+                    turn=interrupt.turn,
                 )
+                self._ledger.grant(approval)
+                self._approve_waiting(approval, key)
         else:
             interrupt.answer = message.value
             key = signer_fingerprint(self._config, message.responder)
             self._ledger.close_interrupt(interrupt, "answered", message.responder, key=key)
         self._sub_agents.forward_later(interrupt, message)  # sessions from before the patch
+
+    def _approve_waiting(self, approval: StandingApproval, key: str | None) -> None:
+        """Other calls of the tool that wait now and pass its tests are approved with it."""
+        for waiting in self._ledger.pending_interrupts():
+            if (
+                waiting.kind == "approval"
+                and waiting.tool_use.name == approval.tool
+                and waiting.id not in self._ledger.mirrored
+                and matches(approval.when, waiting.tool_use.input)
+            ):
+                why = f"standing approval from interrupt {approval.interrupt_id}"
+                self._ledger.close_interrupt(waiting, "approved", approval.granted_by, why, key)
 
     def check_revoke(self, input: RevokeInput) -> None:
         """The ``revoke`` update validator."""

@@ -96,8 +96,17 @@ class Page:
 
         return await self.call(poll)
 
+    # The page replaces its parts as it updates (live updates): an element found a moment
+    # ago may be gone. Every action finds its element afresh and tries again when it went
+    # stale, instead of failing (StaleElementReferenceException on a loaded machine).
+
     async def text(self, css: str) -> str:
-        return await self.call(lambda: self.driver.find_element("css selector", css).text)
+        def check(driver: Any) -> tuple[str] | None:
+            found = driver.find_elements("css selector", css)
+            return (found[0].text,) if found else None
+
+        (text,) = await self.wait(check, f"an element {css}")
+        return text
 
     async def wait_text(self, css: str, expected: str, timeout_s: float = 20.0) -> str:
         def check(driver: Any) -> str | None:
@@ -108,15 +117,20 @@ class Page:
         return await self.wait(check, f"{expected!r} in {css}", timeout_s)
 
     async def fill(self, css: str, value: str) -> None:
-        def run() -> None:
-            element = self.driver.find_element("css selector", css)
+        def run(driver: Any) -> bool:
+            element = driver.find_element("css selector", css)
             element.clear()
             element.send_keys(value)
+            return element.get_attribute("value") == value
 
-        await self.call(run)
+        await self.wait(run, f"{css} filled")
 
     async def click(self, css: str) -> None:
-        await self.call(lambda: self.driver.find_element("css selector", css).click())
+        def run(driver: Any) -> bool:
+            driver.find_element("css selector", css).click()
+            return True
+
+        await self.wait(run, f"a click on {css}")
 
     async def script(self, source: str) -> Any:
         return await self.call(self.driver.execute_script, source)

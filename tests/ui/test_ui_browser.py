@@ -117,3 +117,27 @@ async def test_answer_a_question(page: Page, ui_keel: KeelClient, script: Script
     await page.wait_text("#part-conversation", "Using it now.")
     assert "using acct-42" in await page.text("#part-conversation")
     assert "Nothing waits for a decision" in await page.text("#part-pending")
+
+
+async def test_approve_always_stands_and_is_listed(
+    page: Page, ui_keel: KeelClient, script: Script, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="1"), stop="tool_use"),
+            respond(tool_use("g2", "guarded_record", path=str(target), value="2"), stop="tool_use"),
+            respond(text("Both recorded.")),
+        ]
+    )
+    session = sid("always")
+    await waiting(ui_keel, session, config)
+    await page.open(f"/sessions/{session}")
+    await page.wait_text(".interrupt h3", "guarded_record")
+    await page.click(".interrupt button[value=approve-always]")
+    await page.wait_text("#part-conversation", "Both recorded.")  # the second call asked nobody
+    await page.wait_text("#part-pending", "Approved always")
+    assert f"keel policy {session} --revoke guarded_record" in await page.text("#part-pending")
+    assert target.read_text().splitlines() == ["1", "2"]
+    [standing] = await ui_keel.policy(session)
+    assert standing.tool == "guarded_record"

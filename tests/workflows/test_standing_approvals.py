@@ -257,3 +257,37 @@ async def test_signed_sessions_refuse_an_unsigned_or_upgraded_always(
     assert record.status == "completed", record
     assert out.read_text().splitlines() == ["1", "2", "3"]
     assert standing.granted_by == "alice" and standing.key_fingerprint == alice.fingerprint
+
+
+async def test_always_also_approves_the_calls_waiting_beside_it(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """Two calls of a tool wait in one cycle: "approve always" on one lets the other go too,
+    when it passes the tests; a waiting call that does not still asks."""
+    out = tmp_path / "out.txt"
+    steps = [
+        respond(
+            tool_use("a", "guarded_record", path=str(out), value="docs/1"),
+            tool_use("b", "guarded_record", path=str(out), value="docs/2"),
+            tool_use("c", "guarded_record", path=str(out), value="src/3"),
+            stop="tool_use",
+        ),
+        respond(text("done")),
+    ]
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=script(steps))
+        for _ in range(100):
+            record = await keel.turn(session, ack.turn_id)
+            if len(record.interrupts) == 3:
+                break
+            await asyncio.sleep(0.1)
+        by_value = {i.tool_use.input["value"]: i for i in record.interrupts}
+        when = parse_conditions('value startswith "docs/"')
+        await keel.decide(session, by_value["docs/1"].id, "approve", always=True, always_when=when)
+        left = (await keel.pending(session)).interrupts
+        assert [i.tool_use.input["value"] for i in left] == ["src/3"]
+        await keel.decide(session, left[0].id, "deny", reason="not src")
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+    assert done.status == "completed"
+    assert sorted(out.read_text().splitlines()) == ["docs/1", "docs/2"]

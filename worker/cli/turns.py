@@ -40,7 +40,10 @@ if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --he
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel run``: send a prompt, wait for the turn, print the result."""
+    """``keel run``: send a prompt, wait for the turn, print the result.
+
+    One function on purpose (past 80 lines): ``keel run``'s steps in the order a person sees them.
+    """
     import asyncio
     import uuid
 

@@ -109,6 +109,9 @@ class KeelPlugin(SimplePlugin):
     ) -> None:
         """Load the tool modules and open the store now; MCP servers start with a worker.
 
+        Long on purpose (past 80 lines): most of it is this docstring; the body is the assembly, in
+        one place.
+
         Args:
             tool_modules: modules whose ``@tool`` functions the sessions may use.
             settings: Keel's settings; default read from the environment once, here.
