@@ -34,6 +34,13 @@ UI_HOST = "127.0.0.1"
 UI_PORT = 8234
 
 
+# ``--tools``: how a worker's (and a new session's) tool modules are named (docs/tools.md).
+TOOLS_HELP = (
+    "tool modules, comma separated: names importable from this folder (mytools) or files "
+    "(./mytools.py)"
+)
+
+
 # What ``Parser.add_subparsers`` returns: each command module's ``add_parser(subparsers)``
 # adds its commands to it (as ``Parser``s too).
 Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
@@ -98,11 +105,7 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
     """The flags of a new session's settings: ``keel run``'s, and ``keel schedule create``'s."""
     cmd.add_argument("--model", help="model spec for a new session (default: KEEL_MODEL)")
     cmd.add_argument("--system", help="system prompt for a new session")
-    cmd.add_argument(
-        "--tools",
-        help="tool modules (names importable from this folder, or files: ./mytools.py) and "
-        "mcp:NAME sources, comma separated",
-    )
+    cmd.add_argument("--tools", help=f"{TOOLS_HELP}, and mcp:NAME sources")
     cmd.add_argument(
         "--require-approval",
         metavar="TOOL[,TOOL]",
