@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,13 +26,16 @@ class ScriptedResponse(KeelModel):
     """One entry of a script's ``responses``.
 
     ``delay_s`` (a Keel extension, default 0) makes the model take that long to answer, to
-    stand in for a slow provider in tests and demos.
+    stand in for a slow provider in tests and demos. ``stream_s`` (likewise) streams the
+    text word by word over that many seconds, after the delay, as a streaming model does
+    (default 0: all at once).
     """
 
     content: list[ContentBlock]
     stopReason: str
     usage: TokenUsage = TokenUsage()
     delay_s: float = Field(default=0.0, ge=0, le=600)
+    stream_s: float = Field(default=0.0, ge=0, le=600)
 
 
 class Script(KeelModel):
@@ -104,8 +108,14 @@ class ScriptedProvider:
                 outputTokens=usage.outputTokens,
                 totalTokens=usage.inputTokens + usage.outputTokens,
             )
-        for block in entry.content:
-            on_delta(block.text or "")
+        if entry.stream_s:
+            words = [w for b in entry.content for w in re.findall(r"\S+\s*|\s+", b.text or "")]
+            for word in words:
+                on_delta(word)
+                await asyncio.sleep(entry.stream_s / len(words))
+        else:
+            for block in entry.content:
+                on_delta(block.text or "")
         return ModelResponse(
             message=Message(role="assistant", content=entry.content),
             stopReason=entry.stopReason,

@@ -10,6 +10,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,6 +129,24 @@ async def test_the_scripted_model_is_an_async_provider() -> None:
     provider = resolve_model("scripted:any.json")
     assert asyncio.iscoroutinefunction(provider.converse)
     assert provider_imported("scripted:x") and provider_imported("nonsense:x")
+
+
+async def test_the_scripted_model_streams_its_words_over_stream_s(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text(
+        '{"responses": [{"content": [{"text": "one two three four"}], "stopReason": "end_turn",'
+        ' "stream_s": 0.4}]}'
+    )
+    provider = resolve_model(f"scripted:{script}")
+    seen: list[tuple[float, str]] = []
+    started = time.monotonic()
+    response = await provider.converse(  # type: ignore[misc]
+        request(f"scripted:{script}"), lambda text: seen.append((time.monotonic(), text))
+    )
+    assert [text for _, text in seen] == ["one ", "two ", "three ", "four"]
+    assert response.message.content[0].text == "one two three four"
+    assert seen[-1][0] - seen[0][0] >= 0.25  # spread over the time, not all at once
+    assert time.monotonic() - started >= 0.4
 
 
 @pytest.mark.parametrize("model", ["probe-async:stall", "probe-sync:stall"])
