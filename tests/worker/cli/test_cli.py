@@ -118,7 +118,7 @@ def test_invalid_input_exits_2_with_reason(server_env: dict[str, str], tmp_path:
         (["run", "--model", "scripted:x.json", "   "], "prompt is empty"),
         (["run", "--session", f"new-{uuid.uuid4().hex[:6]}", "hi"], "no model"),
         (["show", f"nosuch-{uuid.uuid4().hex[:6]}"], "no session"),
-        (["worker", "--tools", "no_such_module_xyz"], "could not be imported"),
+        (["worker", "--tools", "no_such_module_xyz"], "module 'no_such_module_xyz' not found"),
         (
             ["run", "--model", "scripted:x.json", "--max-cycles", "0", "hi"],
             "--max-cycles: Input should be greater than 0",
