@@ -46,8 +46,11 @@ async def main() -> None:
     # registers with its client when created, and one client takes one worker per queue
     template = await connect(settings.address, settings.namespace)
     built = build_worker(template, settings.task_queue, modules, store=open_store(settings.store))
-    config = built.config()
+    # what the worker runs with once KeelPlugin configured it; without the plugin itself,
+    # which would add the workflow and the activities back to each side
+    config = built.config(active_config=True)
     config.pop("client", None)
+    config.pop("plugins", None)
     # as serve.py does for ``keel worker``
     sticky = WorkerSettings.load().sticky_timeout_s
     config["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=sticky)

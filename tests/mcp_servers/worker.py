@@ -32,7 +32,8 @@ async def main() -> None:
         settings.task_queue,
         [m for m in args.tools.split(",") if m],
         store=open_store(settings.store),
-        mcp_servers=[parse_mcp_spec(spec) for spec in args.mcp],
+        mcp_servers=[parse_mcp_spec(spec, settings.environ) for spec in args.mcp],
+        settings=settings,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -86,9 +86,10 @@ async def test_an_unreachable_server_is_retried_until_the_bound_then_the_turn_fa
     assert record.status == "failed"
     error = record.error or ""
     assert error.startswith(f"model server {nothing_there} (model 'llama-test') unreachable")
-    # backoff 0.25, 0.5, 1, 2 s: the 4th or 5th attempt is the last to start within 4 s
+    # backoff 0.25, 0.5, 1, 2 s: the 4th or 5th attempt is the last to start within 4 s on
+    # an idle machine; a loaded one (each attempt's task waits for a worker) fits fewer
     said = re.search(r"\(connection refused\); gave up after (\d) attempts in (\d) s", error)
-    assert said is not None and 4 <= int(said.group(1)) <= 5 and int(said.group(2)) <= 4, error
+    assert said is not None and 2 <= int(said.group(1)) <= 5 and int(said.group(2)) <= 4, error
     assert error.endswith(" s (model_retry_s: 4 s)") and "\n" not in error
     assert 3 < took < 20, took
     assert await model_call_options(client, session) == [(timedelta(seconds=4), 0)]

@@ -52,6 +52,9 @@ COMMANDS = (
     "wait",
     "schedule",
     "ui",
+    "policy",
+    "attach",
+    "deploy",
 )
 # How each command that names a session is called for it (S: the session, I: an interrupt id).
 ON_A_SESSION = {
@@ -65,11 +68,12 @@ ON_A_SESSION = {
     "show": ["show", "S"],
     "watch": ["watch", "S"],
     "wait": ["wait", "S"],
+    "policy": ["policy", "S"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
 WAITING = ("run", "approve", "deny", "respond", "steer", "cancel", "watch")
 # The commands that read a session, and so fail (exit 1) when no worker can answer.
-READING = ("pending", "show")
+READING = ("pending", "show", "policy")
 
 
 def on(name: str, session: str, interrupt: str = "no-such-interrupt") -> list[str]:
@@ -494,6 +498,9 @@ MALFORMED: list[tuple[list[str], str]] = [
         ["run", "--model", "scripted:x.json", "--approver-key", "alice", "hi"],
         "keel: --approver-key 'alice': expected NAME=PUBLIC_KEY",
     ),
+    (["policy"], "keel policy: the following arguments are required: session"),
+    (["attach", "s1"], "keel attach: the following arguments are required: --tools"),
+    (["deploy"], "keel deploy: the following arguments are required: deploy_command"),
 ]
 
 
