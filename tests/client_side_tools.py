@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from keel.activities.tools import ToolContext, tool
+from keel import ToolContext, tool
 
 __all__ = ["Forecast", "append_local", "guarded_local", "local_forecast", "unattended", "wrong"]
 

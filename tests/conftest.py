@@ -17,11 +17,10 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from keel.activities.store import ConversationStore, Keyring, open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import ConversationStore, KeelClient, SessionConfig, open_store
+from keel.activities.store import Keyring
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import SessionConfig
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server

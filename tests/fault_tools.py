@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from keel.activities.tools import ToolContext, tool
+from keel import ToolContext, tool
 
 __all__ = [
     "aeffect",

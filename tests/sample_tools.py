@@ -6,9 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from keel.activities.tools import ToolContext, tool
-from keel.workflows.messages import ToolUse
-from keel.workflows.tool_policies import Verdict, tool_policy
+from keel import ToolContext, ToolUse, Verdict, tool, tool_policy
 
 __all__ = [
     "add",

@@ -56,15 +56,20 @@ async def test_a_samples_style_app_runs_an_agent_and_its_own_activity(
     try:
         started = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
         assert started.startswith("worker on"), started + (worker.stdout.read() or "")  # type: ignore[union-attr]
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "starter.py", "otters"],
-            cwd=app,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        for _ in range(2):
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "starter.py", "otters"],
+                cwd=app,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            # temporalio's core threads can race the interpreter's exit (SIGABRT in
+            # PyGILState_Release after the script's work is done): such a run is run again
+            if "PyGILState_Release" not in done.stderr:
+                break
     finally:
         worker.terminate()
         rest, _ = worker.communicate(timeout=20)

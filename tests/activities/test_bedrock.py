@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from keel import InferenceConfig, Message
 from keel.activities.models import ModelError, resolve_model
 from keel.activities.models.bedrock import (
     CREDENTIALS_MESSAGE,
@@ -17,8 +18,7 @@ from keel.activities.models.bedrock import (
     _client,
 )
 from keel.workflows.activity_contracts import ModelRequest
-from keel.workflows.contracts import InferenceConfig, ToolSpec
-from keel.workflows.messages import Message
+from keel.workflows.contracts import ToolSpec
 from tests.fakes.bedrock_server import (
     FakeBedrock,
     HttpError,

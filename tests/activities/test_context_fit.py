@@ -14,20 +14,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from keel import ContentBlock, Message, TokenUsage, ToolResult, ToolUse, open_store, text_block
 from keel.activities.context_window import estimate_tokens, fit_tokens
 from keel.activities.model_call import ModelActivities
 from keel.activities.models import PROVIDERS, ContextTooLong, DeltaCallback
-from keel.activities.store import open_store
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
-from keel.workflows.messages import (
-    ContentBlock,
-    Message,
-    TokenUsage,
-    ToolResult,
-    ToolResultContent,
-    ToolUse,
-    text_block,
-)
+from keel.workflows.messages import ToolResultContent
 
 SEEN: list[list[Message]] = []
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from keel import Message
 from keel.activities.context_window import context_window
-from keel.workflows.messages import Message
 
 
 def msg(role: str, *content: dict[str, Any]) -> Message:

@@ -18,11 +18,10 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 import keel.activities.model_call as model_call
+from keel import ConversationStore, Message, text_block
 from keel.activities.model_call import ModelActivities
 from keel.activities.models import PROVIDERS, DeltaCallback, provider_imported, resolve_model
-from keel.activities.store import ConversationStore
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
-from keel.workflows.messages import Message, text_block
 
 # What the providers below saw, by test: thread idents, deltas, cancellations.
 SEEN: dict[str, Any] = {}

@@ -23,16 +23,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 import keel.activities.models.openai as openai_module
+from keel import ConversationStore, InferenceConfig, KeelClient, Message, SessionConfig
 from keel.activities.model_call import ModelActivities
 from keel.activities.models import resolve_model
 from keel.activities.models.base import ModelError
 from keel.activities.models.openai import OpenAIProvider, OpenAITransientError
-from keel.activities.store import ConversationStore
-from keel.worker.client.keel_client import KeelClient
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.activity_options import MODEL_ACTIVITY, MODEL_ERROR_NON_RETRYABLE
-from keel.workflows.contracts import InferenceConfig, SessionConfig, ToolSpec
-from keel.workflows.messages import Message
+from keel.workflows.contracts import ToolSpec
 from tests.fakes.openai_server import (
     CHAT_PATH,
     EmptyStream,

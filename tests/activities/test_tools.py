@@ -19,23 +19,29 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import tests.sample_tools as sample_tools
+from keel import (
+    ConversationStore,
+    Message,
+    ToolContext,
+    ToolResult,
+    ToolUse,
+    open_store,
+    text_block,
+    tool,
+)
 from keel.activities import tools as registry
 from keel.activities.model_call import ModelActivities
-from keel.activities.store import ConversationStore, open_store
 from keel.activities.tool_run import ToolActivities, run_tool
 from keel.activities.tools import (
-    ToolContext,
     ToolModuleError,
     get_tool,
     load_tool_modules,
     registered_tools,
     specs_for_modules,
-    tool,
     tool_module_name,
 )
 from keel.workflows.activity_contracts import ModelRequest, ToolRequest
 from keel.workflows.activity_options import TOOL_REGISTRY_ERROR
-from keel.workflows.messages import Message, ToolResult, ToolUse, text_block
 from tests.helpers.scripts import respond, text, write_script
 
 SAMPLE = "tests.sample_tools"

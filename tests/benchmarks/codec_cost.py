@@ -23,11 +23,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from keel.activities.store import Keyring, open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient, SessionConfig, open_store
+from keel.activities.store import Keyring
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import dev_server
 

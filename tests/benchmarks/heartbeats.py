@@ -61,9 +61,8 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from keel.activities.store import ConversationStore, open_store
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.process.assembly import build_worker, connect
+from keel import ConversationStore, KeelClient, SessionConfig, connect, open_store
+from keel.worker.process.assembly import build_worker
 from keel.worker.server.devserver import DevServer
 from keel.worker.settings import DEFAULT_STICKY_TIMEOUT_S
 from keel.workflows.activity_options import (
@@ -72,7 +71,6 @@ from keel.workflows.activity_options import (
     MODEL_ACTIVITY,
     TOOL_ACTIVITY,
 )
-from keel.workflows.contracts import SessionConfig
 from tests.benchmarks.runner import cpu_seconds
 from tests.benchmarks.server import bench_server
 from tests.helpers.scripts import write_script

@@ -21,11 +21,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from keel.activities.store import open_store
+from keel import KeelClient, SessionConfig, TurnRecord, open_store
 from keel.activities.store.base import canonical_json
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import SessionConfig, TurnRecord
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server, run_histories
 

@@ -40,12 +40,10 @@ from typing import Any
 
 from temporalio.client import Client
 
-from keel.activities.store import ConversationStore, open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import ConversationStore, KeelClient, Message, SessionConfig, open_store
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import SessionConfig
-from keel.workflows.messages import Message, tool_uses
+from keel.workflows.messages import tool_uses
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
 

@@ -20,13 +20,11 @@ from zoneinfo import ZoneInfo
 
 from temporalio.testing import ActivityEnvironment
 
+from keel import ToolUse, open_store, tool
 from keel.activities.mcp import parse_mcp_spec
 from keel.activities.mcp.servers import McpServers
-from keel.activities.store import open_store
 from keel.activities.tool_run import ToolActivities
-from keel.activities.tools import tool
 from keel.workflows.activity_contracts import ToolRequest
-from keel.workflows.messages import ToolUse
 
 
 @tool

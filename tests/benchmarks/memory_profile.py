@@ -25,10 +25,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from keel.activities.store import open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient, SessionConfig, open_store
 from keel.worker.process.assembly import build_worker, freeze_startup_heap
-from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server
 

@@ -30,13 +30,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from keel import InferenceConfig, KeelClient, Message, SessionConfig, open_store, text_block
 from keel.activities.models.openai import OpenAIProvider
-from keel.activities.store import open_store
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
 from keel.workflows.activity_contracts import ModelRequest
-from keel.workflows.contracts import InferenceConfig, SessionConfig
-from keel.workflows.messages import Message, text_block
 from tests.helpers.temporal import dev_server
 from tests.real_model.llama_server import LlamaServer, missing
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from keel import AgentSession
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.process.sandbox import sandbox_runner
-from keel.workflows.session import AgentSession
 from tests.benchmarks.history import loop_session
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import dev_server

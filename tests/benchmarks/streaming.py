@@ -55,11 +55,9 @@ from temporalio.client import (
     OutboundInterceptor,
 )
 
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk
+from keel import KeelClient, SessionConfig, TextChunk
 from keel.worker.payloads import data_converter
 from keel.worker.server.devserver import DevServer, free_ports
-from keel.workflows.contracts import SessionConfig
 from tests.fakes.bedrock_server import FakeBedrock, Reply
 from tests.helpers.cli import ROOT, keel_env
 

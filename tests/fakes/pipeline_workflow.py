@@ -7,8 +7,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
-from keel.workflows.agents import AgentResult, run_agent
-from keel.workflows.contracts import SessionConfig
+from keel import AgentResult, SessionConfig, run_agent
 
 
 class PipelineInput(BaseModel):

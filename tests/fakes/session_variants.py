@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from temporalio import workflow
 
+from keel import AgentSession, TurnRecord
 from keel.workflows.activity_contracts import ModelResponse
-from keel.workflows.contracts import SessionResult, TurnRecord
+from keel.workflows.contracts import SessionResult
 from keel.workflows.ledger import SessionInput
-from keel.workflows.session import AgentSession
 
 PAUSE_PATCH = "keel-test-pause-before-model"
 PAUSE_S = 0.01

@@ -47,12 +47,18 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 
-from keel.activities.store import open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import (
+    AgentSession,
+    Decision,
+    KeelClient,
+    Message,
+    SessionConfig,
+    SessionState,
+    open_store,
+)
 from keel.workflows.activity_options import LEGACY_HEARTBEAT_TIMEOUT, TOOL_ACTIVITY
-from keel.workflows.contracts import Decision, SessionConfig, SessionState, StateQuery
-from keel.workflows.messages import Message, tool_uses
-from keel.workflows.session import AgentSession
+from keel.workflows.contracts import StateQuery
+from keel.workflows.messages import tool_uses
 from tests.fault_tools import read_effects, read_runs
 from tests.helpers.scripts import write_script
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.process.assembly import connect
+from keel import KeelClient, connect
 from keel.worker.server.devserver import DevServer, DevServerError
 from tests.faults.harness import PROMPT, ROOT, Outcome, Run, respond, text, worker_env
 

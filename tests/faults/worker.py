@@ -22,9 +22,9 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from keel.activities.store import open_store
-from keel.worker.process.assembly import build_worker, connect
-from keel.worker.settings import Settings, WorkerSettings
+from keel import Settings, connect, open_store
+from keel.worker.process.assembly import build_worker
+from keel.worker.settings import WorkerSettings
 
 
 async def main() -> None:

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 
 from temporalio.worker import Worker
 
-from keel.workflows.contracts import SessionConfig
+from keel import SessionConfig
 
 # ``async with run_worker(**worker_options): ...``
 RunWorker = Callable[..., AbstractAsyncContextManager[Worker]]

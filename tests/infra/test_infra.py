@@ -22,8 +22,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from keel import Settings
 from keel.worker.process.health import HealthServer
-from keel.worker.settings import Settings, WorkerSettings
+from keel.worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"

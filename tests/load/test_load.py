@@ -13,7 +13,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from keel.activities.store import ConversationStore
+from keel import ConversationStore
 from tests.benchmarks.load import LoadFigures, run_load
 from tests.helpers.fixture_types import RunWorker
 

@@ -13,10 +13,9 @@ import argparse
 import asyncio
 import signal
 
+from keel import Settings, connect, open_store
 from keel.activities.mcp import parse_mcp_spec
-from keel.activities.store import open_store
-from keel.worker.process.assembly import build_worker, connect
-from keel.worker.settings import Settings
+from keel.worker.process.assembly import build_worker
 
 
 async def main() -> None:

@@ -29,11 +29,18 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk
+from keel import (
+    InferenceConfig,
+    KeelClient,
+    Message,
+    SessionConfig,
+    TextChunk,
+    ToolResult,
+    ToolUse,
+    TurnRecord,
+)
 from keel.workflows.activity_options import MODEL_ACTIVITY, TOOL_ACTIVITY
-from keel.workflows.contracts import InferenceConfig, SessionConfig, TurnRecord
-from keel.workflows.messages import Message, ToolResult, ToolUse, tool_uses
+from keel.workflows.messages import tool_uses
 from tests.helpers.cli import ROOT, keel_env
 from tests.real_model.llama_server import LlamaServer
 from tests.real_model.proxy import RecordingProxy

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from keel.activities.tools import tool
+from keel import tool
 
 _RUNS = itertools.count(1)
 

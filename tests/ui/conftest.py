@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from keel.activities.store import ConversationStore, open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import ConversationStore, KeelClient, Settings, open_store
 from keel.worker.process.assembly import build_worker
-from keel.worker.settings import Settings
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running
 from keel.worker.ui.source import KeelSource

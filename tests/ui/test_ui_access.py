@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient
 from keel.worker.server.connection import TemporalUnreachable
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running

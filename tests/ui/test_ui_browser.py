@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import TurnRecord
+from keel import KeelClient, TurnRecord
 from tests.helpers.browser import Page
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use

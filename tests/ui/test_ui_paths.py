@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.shell import run_copied

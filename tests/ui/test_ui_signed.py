@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient
 from keel.worker.signing import ApproverKey, generate_key
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.ui_http import call, cookie_of, csrf_of

@@ -21,15 +21,13 @@ from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from keel.worker.client.keel_client import KeelClient
+from keel import AgentSession, KeelClient, SessionConfig
 from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running
 from keel.worker.ui.source import KeelSource
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.activity_options import MODEL_ACTIVITY
-from keel.workflows.contracts import SessionConfig
-from keel.workflows.session import AgentSession
 from tests.fakes.bedrock_server import FakeBedrock, Reply, fake_bedrock_env
 from tests.helpers.browser import Page
 from tests.helpers.fixture_types import RunWorker

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from keel import ContentBlock, Message, ToolResult, ToolUse
 from keel.worker.client.reading import SessionSummary
 from keel.worker.ui.access import is_loopback
 from keel.worker.ui.views import LONG_CHARS, Shown, conversation, session_rows
-from keel.workflows.messages import ContentBlock, Message, ToolResult, ToolResultContent, ToolUse
+from keel.workflows.messages import ToolResultContent
 
 
 def test_long_text_is_collapsed_behind_a_one_line_preview() -> None:

@@ -20,10 +20,8 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from keel.activities.store import open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient, SessionConfig, open_store
 from keel.workflows.activity_options import TOOL_ACTIVITY
-from keel.workflows.contracts import SessionConfig
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 

@@ -18,12 +18,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
-from keel.activities.store import ConversationStore
-from keel.worker.client.keel_client import KeelClient
+from keel import ConversationStore, KeelClient, SessionConfig
 from keel.worker.process.assembly import build_worker
 from keel.worker.process.telemetry import ContextFilter, JsonFormatter, TextFormatter
 from keel.worker.process.tracing import tracer_provider, turn_span_ids
-from keel.workflows.contracts import SessionConfig
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 
 

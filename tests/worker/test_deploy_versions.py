@@ -29,16 +29,20 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker, WorkerConfig
 
-from keel.activities.store import ConversationStore, open_store
+from keel import (
+    AgentSession,
+    ConversationStore,
+    KeelClient,
+    KeelPlugin,
+    SessionConfig,
+    Settings,
+    open_store,
+)
 from keel.worker.client.deployments import deployment_status
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
-from keel.worker.process.plugin import KeelPlugin
 from keel.worker.process.replay_check import check_sessions
-from keel.worker.settings import ConfigError, Settings
-from keel.workflows.contracts import SessionConfig
-from keel.workflows.session import AgentSession
+from keel.worker.settings import ConfigError
 from tests.fakes.session_variants import PAUSE_PATCH, SafeSession, UnsafeSession
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.encryption import history_payload_data, keyring_of, new_key

@@ -25,10 +25,8 @@ from temporalio.client import Client
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from keel.activities.store import open_store
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.settings import ConfigError, Settings, WorkerSettings
-from keel.workflows.contracts import SessionConfig
+from keel import KeelClient, SessionConfig, Settings, open_store
+from keel.worker.settings import ConfigError, WorkerSettings
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port

@@ -9,6 +9,7 @@ import temporalio.api.workflowservice.v1 as wsv1
 from google.protobuf.duration_pb2 import Duration
 from temporalio.client import Client
 
+from keel import Settings
 from keel.worker.server import devserver
 from keel.worker.server.devserver import (
     DevServer,
@@ -17,7 +18,6 @@ from keel.worker.server.devserver import (
     find_temporal_cli,
     free_ports,
 )
-from keel.worker.settings import Settings
 
 
 def _has_cli() -> bool:

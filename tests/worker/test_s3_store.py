@@ -17,11 +17,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 from temporalio.testing import WorkflowEnvironment
 
-from keel.activities.store import StoreMissing, open_store
+from keel import KeelClient, Message, SessionConfig, open_store
+from keel.activities.store import StoreMissing
 from keel.activities.store import s3 as s3_backend
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SessionConfig
-from keel.workflows.messages import Message
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port, run_histories

@@ -11,7 +11,7 @@ from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstan
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 import keel.worker.process.sandbox as sandbox
-from keel.worker.client.keel_client import KeelClient
+from keel import AgentSession, KeelClient
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.process.assembly import build_worker
 from keel.worker.process.sandbox import (
@@ -21,7 +21,6 @@ from keel.worker.process.sandbox import (
     compiled_code_active,
     sandbox_runner,
 )
-from keel.workflows.session import AgentSession
 from tests.fakes.clock_workflow import ReadsTheClock
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use

@@ -16,10 +16,9 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
+from keel import Interrupt, ToolUse
 from keel.worker.cli.console import print_detached, print_interrupts, print_where
 from keel.worker.shell import MAX_NEW_SESSION_ID, SESSION_ID_CHARS, command, session_id_problem
-from keel.workflows.contracts import Interrupt
-from keel.workflows.messages import ToolUse
 from keel.workflows.notifications import interrupt_event
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.shell import run_copied

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SessionConfig
+from keel import KeelClient, SessionConfig
 from keel.workflows.messages import tool_uses
 from tests.fakes.bedrock_server import (
     FakeBedrock,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from keel.workflows.boundary import NOT_EXECUTED, InputRejected, normalise_history, validate_prompt
-from keel.workflows.messages import ContentBlock, Message
+from keel import ContentBlock, InputRejected, Message
+from keel.workflows.boundary import NOT_EXECUTED, normalise_history, validate_prompt
 
 
 def msg(role: str, *content: dict[str, Any]) -> Message:

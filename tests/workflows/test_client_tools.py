@@ -25,16 +25,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import tests.client_side_tools  # noqa: F401 - registers the tools: their contracts, their bodies
-from keel.activities.store import ConversationStore
+from keel import ConversationStore, Event, KeelClient, RequestRejected, ToolUse, tool
 from keel.activities.tool_run import run_tool
-from keel.activities.tools import get_tool, tool
+from keel.activities.tools import get_tool
 from keel.worker.client.client_tools import ServedCall
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
 from keel.workflows.activity_contracts import ClientOutput, ToolRequest
-from keel.workflows.contracts import ClientCall, Event
-from keel.workflows.messages import ToolUse
+from keel.workflows.contracts import ClientCall
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import TurnRecord
+from keel import KeelClient, TurnRecord
 from keel.workflows.current_details import current_details
 from keel.workflows.ledger import Ledger
 from tests.helpers.fixture_types import RunWorker, Script

@@ -17,8 +17,8 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from keel.activities.store import EncryptionKeyError, Keyring, StoreEncryptionError, open_store
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient, open_store
+from keel.activities.store import EncryptionKeyError, Keyring, StoreEncryptionError
 from keel.worker.encryption import KEY_ID
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker

@@ -29,13 +29,19 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.service import RPCError
 
-from keel.activities.store import ConversationStore, Keyring
-from keel.worker.client.keel_client import KeelClient
+from keel import (
+    AgentSession,
+    ContentBlock,
+    ConversationStore,
+    Decision,
+    KeelClient,
+    Message,
+    SessionConfig,
+)
+from keel.activities.store import Keyring
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import Decision, PromptInput, SessionConfig
+from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import SessionInput
-from keel.workflows.messages import ContentBlock, Message
-from keel.workflows.session import AgentSession
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 

@@ -28,13 +28,20 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
-from keel.activities.store import ConversationStore, Keyring
-from keel.worker.client.keel_client import KeelClient
+from keel import (
+    AgentSession,
+    ContentBlock,
+    ConversationStore,
+    KeelClient,
+    Message,
+    SessionConfig,
+    TurnRecord,
+)
+from keel.activities.store import Keyring
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import PromptInput, SessionConfig, TurnRecord
+from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
-from keel.workflows.messages import ContentBlock, Message, tool_uses
-from keel.workflows.session import AgentSession
+from keel.workflows.messages import tool_uses
 from tests.helpers.encryption import keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 

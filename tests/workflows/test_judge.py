@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from keel import KeelClient, TurnRecord
 from keel.activities.judge import verdict_of
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import JudgeCriteria, TurnRecord
+from keel.workflows.contracts import JudgeCriteria
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use, write_script
 from tests.helpers.temporal import save_history

@@ -19,33 +19,33 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from keel import (
+    AgentSession,
+    ContentBlock,
+    Event,
+    Interrupt,
+    KeelClient,
+    Message,
+    SessionConfig,
+    TokenUsage,
+    ToolUse,
+    TurnRecord,
+    text_block,
+)
 from keel.activities.model_call import ModelActivities
 from keel.activities.tool_run import ToolActivities
 from keel.activities.tools import load_tool_modules
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.payloads import DATA_CONVERTER
 from keel.workflows.contracts import (
     ClientCall,
     Condition,
-    Event,
-    Interrupt,
     Notification,
     PrefixRef,
-    SessionConfig,
     StandingApproval,
     ToolSpec,
-    TurnRecord,
 )
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
-from keel.workflows.messages import (
-    ContentBlock,
-    Message,
-    TokenUsage,
-    ToolUse,
-    error_result,
-    text_block,
-)
-from keel.workflows.session import AgentSession
+from keel.workflows.messages import error_result
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 

@@ -11,14 +11,19 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from keel.activities.store import ConversationStore, open_store
+from keel import (
+    AgentSession,
+    ConversationStore,
+    Decision,
+    KeelClient,
+    Message,
+    RequestRejected,
+    open_store,
+    text_block,
+)
 from keel.activities.store.base import canonical_json
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
 from keel.worker.process.assembly import build_worker
-from keel.workflows.contracts import CancelInput, Decision, PromptInput, SteerInput
-from keel.workflows.messages import Message, text_block
-from keel.workflows.session import AgentSession
+from keel.workflows.contracts import CancelInput, PromptInput, SteerInput
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import run_histories, save_history

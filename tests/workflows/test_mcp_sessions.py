@@ -16,11 +16,9 @@ from typing import Any
 
 from temporalio.client import Client
 
+from keel import ConversationStore, KeelClient, Message, ToolResult
 from keel.activities.mcp import McpServerConfig
-from keel.activities.store import ConversationStore
 from keel.activities.tool_run import MAX_RESULT_BYTES
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.messages import Message, ToolResult
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.mcp import (
     children_running,

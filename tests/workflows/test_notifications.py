@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from keel import KeelClient, SessionConfig, SubAgent
 from keel.worker.cli.follow import event_line
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SessionConfig, SubAgent
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history

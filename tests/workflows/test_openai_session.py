@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SessionConfig
+from keel import KeelClient, SessionConfig
 from keel.workflows.messages import tool_uses
 from tests.fakes.openai_server import Failure, FakeOpenAIServer, Reply, ToolCall
 from tests.helpers.fixture_types import RunWorker

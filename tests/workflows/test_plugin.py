@@ -10,10 +10,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from keel.activities.store import ConversationStore
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.process.plugin import KeelPlugin
-from keel.workflows.contracts import Interrupt
+from keel import ConversationStore, Interrupt, KeelClient, KeelPlugin
 from tests.fakes.pipeline_workflow import Pipeline, PipelineInput, PipelineResult, prepare, publish
 from tests.helpers.encryption import history_payload_data, new_key, store_bytes
 from tests.helpers.fixture_types import Script

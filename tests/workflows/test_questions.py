@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import TurnRecord
+from keel import KeelClient, RequestRejected, TurnRecord
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history

@@ -12,13 +12,12 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 import tests.sample_tools  # noqa: F401 - the policies the recorded sessions used, as on their worker
-from keel.worker.client.keel_client import KeelClient
+from keel import AgentSession, KeelClient, TurnRecord
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.process.sandbox import sandbox_runner
 from keel.workflows.activity_contracts import ModelResponse
-from keel.workflows.contracts import SessionResult, TurnRecord
+from keel.workflows.contracts import SessionResult
 from keel.workflows.ledger import SessionInput
-from keel.workflows.session import AgentSession
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import HISTORIES

@@ -15,12 +15,10 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import PromptInput, SessionConfig
+from keel import AgentSession, KeelClient, Message, RequestRejected, SessionConfig
+from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import SessionInput
-from keel.workflows.messages import Message, tool_uses
-from keel.workflows.session import AgentSession
+from keel.workflows.messages import tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history

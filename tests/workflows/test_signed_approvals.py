@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
+from keel import KeelClient, RequestRejected
 from keel.worker.signing import ApproverKey, generate_key
 from keel.workflows.signing import fingerprint
 from tests.helpers.fixture_types import RunWorker, Script

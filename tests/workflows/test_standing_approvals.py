@@ -18,9 +18,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import TurnRecord
+from keel import KeelClient, RequestRejected, TurnRecord
 from keel.workflows.standing import describe, matches, parse_conditions
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use

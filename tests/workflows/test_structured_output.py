@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.messages import Message, tool_uses
+from keel import KeelClient, Message, RequestRejected
+from keel.workflows.messages import tool_uses
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script

@@ -19,9 +19,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from keel.worker.client.errors import RequestRejected
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import Interrupt, SessionConfig, SubAgent, TurnRecord
+from keel import Interrupt, KeelClient, RequestRejected, SessionConfig, SubAgent, TurnRecord
 from keel.workflows.inheritance import child_config
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use

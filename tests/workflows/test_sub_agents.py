@@ -13,8 +13,7 @@ from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SubAgent, TurnRecord
+from keel import KeelClient, SubAgent, TurnRecord
 from keel.workflows.messages import tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import DEFAULT_MAX_CYCLES, DEFAULT_TURN_TOKENS, SessionConfig
+from keel import KeelClient, SessionConfig
+from keel.workflows.contracts import DEFAULT_MAX_CYCLES, DEFAULT_TURN_TOKENS
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 

@@ -22,10 +22,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from keel import KeelClient, KeelSchedules
 from keel.worker.cli.console import turn_json
 from keel.worker.cli.main import run_cli
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.schedules import KeelSchedules, ScheduleSummary
+from keel.worker.client.schedules import ScheduleSummary
 from tests.helpers.fixture_types import RunWorker
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.webhooks import receiver

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import uuid
 from pathlib import Path
 
-from tests.helpers.cli import keel
+from tests.helpers.cli import keel, keel_worker
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 
 
@@ -58,3 +59,39 @@ def test_approve_always_then_policy_lists_and_revokes(
     denied = keel("deny", session, asking["id"], "--reason", "not src", env=server_env)
     assert denied.returncode == 0, denied.stderr
     assert out.read_text().splitlines() == ["docs/a", "docs/b"]
+
+
+def test_a_standing_approval_survives_a_worker_killed_with_sigkill(
+    server_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Granted, then the worker dies (SIGKILL) while the turn waits on another tool; a new
+    worker rebuilds the session from its history, standing approval included."""
+    out, note = tmp_path / "out.txt", tmp_path / "note.txt"
+    model = write_script(
+        tmp_path / "m.json",
+        [
+            respond(tool_use("g1", "guarded_record", path=str(out), value="1"), stop="tool_use"),
+            respond(tool_use("n1", "guarded_note", path=str(note), value="n"), stop="tool_use"),
+            respond(tool_use("g2", "guarded_record", path=str(out), value="2"), stop="tool_use"),
+            respond(text("done")),
+        ],
+    )
+    session = f"pol-kill-{uuid.uuid4().hex[:8]}"
+    with keel_worker(server_env, SAMPLE_TOOLS) as first:
+        run = keel(
+            "run", "--json", "--no-input", "--session", session, "--model", model,
+            "--tools", SAMPLE_TOOLS, "go", env=server_env,
+        )  # fmt: skip
+        [asking] = json.loads(run.stdout)["interrupts"]
+        always = keel("approve", "--json", "--no-input", session, asking["id"], "--always",
+                      env=server_env)  # fmt: skip
+        [waiting] = json.loads(always.stdout)["interrupts"]
+        assert waiting["tool_use"]["name"] == "guarded_note", always.stdout
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    with keel_worker(server_env, SAMPLE_TOOLS):
+        done = keel("approve", "--json", "--no-input", session, waiting["id"], env=server_env)
+        assert done.returncode == 0, done.stdout + done.stderr  # g2 ran without asking
+        listed = keel("policy", session, env=server_env)
+    assert out.read_text().splitlines() == ["1", "2"] and note.read_text() == "n\n"
+    assert "guarded_record: every call" in listed.stdout

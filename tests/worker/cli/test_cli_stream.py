@@ -20,14 +20,11 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from keel import AgentSession, Event, KeelClient, SessionConfig, TextChunk, TurnRecord
 from keel.worker.cli.follow import StreamedText, end_streamed_line, event_line, progress_line
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk
 from keel.worker.process.sandbox import sandbox_runner
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.activity_options import MODEL_ACTIVITY
-from keel.workflows.contracts import Event, SessionConfig, TurnRecord
-from keel.workflows.session import AgentSession
 from tests.helpers.cli import ROOT, keel_env
 
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.worker.client.agent_files import load_agent_file
-from keel.worker.client.errors import AgentFileError
+from keel import AgentFileError, load_agent_file
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 

@@ -20,14 +20,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from keel.activities.store import open_store
+from keel import KeelClient, SessionConfig, TextChunk, open_store
 from keel.activities.text_streams import TextStreams
-from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import ENDPOINT, HEARTBEAT, TextChunk
+from keel.worker.client.streams import ENDPOINT, HEARTBEAT
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
 from keel.worker.process.stream_server import StreamConfig, StreamServer, stream_endpoint
-from keel.workflows.contracts import SessionConfig
 from tests.fakes.bedrock_server import FakeBedrock, Reply, StreamCut, fake_bedrock_env
 from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.encryption import keyring_of, new_key

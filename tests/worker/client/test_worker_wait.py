@@ -11,11 +11,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel import KeelClient, NoWorker, SessionClosed, SessionConfig
 from keel.worker.client import calls
 from keel.worker.client.calls import no_worker
-from keel.worker.client.errors import NoWorker, SessionClosed, WorkerWait
-from keel.worker.client.keel_client import KeelClient
-from keel.workflows.contracts import SessionConfig
+from keel.worker.client.errors import WorkerWait
 from tests.helpers.scripts import respond, text
 
 
