@@ -10,7 +10,7 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +29,7 @@ from keel.worker.cli.console import (
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
     from keel.worker.settings import Settings
-    from keel.workflows.contracts import SessionState
+    from keel.workflows.contracts import SessionState, StandingApproval
 
 T = TypeVar("T")
 
@@ -54,6 +54,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                 f"[interrupt {d.get('id')} {d.get('status')} by {d.get('by')}, "
                 f"signature verified: key {d.get('key')}]"
             )
+    print_standing(state.pending.standing)
     for t in state.turns:
         u = t.usage
         print(
@@ -82,10 +83,21 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps({"session": args.session, **out}))
     elif view.interrupts:
         print_interrupts(args.session, view.interrupts)
+        print_standing(view.standing)
     else:
         running = ", ".join(u.name for u in view.running) or "nothing"
         print(f"no pending interrupts in session {args.session}; running: {running}")
+        print_standing(view.standing)
     return EXIT_OK
+
+
+def print_standing(standing: Sequence[StandingApproval]) -> None:
+    """One line per standing approval: the tool, for which calls, by whom (keel policy)."""
+    from keel.workflows.standing import describe
+
+    for approval in standing:
+        by = f" by {approval.granted_by}" if approval.granted_by else ""
+        print(f"[approved always: {approval.tool}, {describe(approval.when)}{by}]")
 
 
 async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:

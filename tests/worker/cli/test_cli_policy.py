@@ -46,6 +46,9 @@ def test_approve_always_then_policy_lists_and_revokes(
 
     listed = keel("policy", session, env=server_env)
     assert listed.returncode == 0, listed.stderr
+    for reading in ("pending", "show"):
+        shown = keel(reading, session, env=server_env)
+        assert '[approved always: guarded_record, value startswith "docs/"' in shown.stdout
     assert 'guarded_record: value startswith "docs/"' in listed.stdout
     assert f"keel policy {session} --revoke guarded_record" in listed.stdout
     as_json = json.loads(keel("policy", session, "--json", env=server_env).stdout)
