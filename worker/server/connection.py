@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -263,6 +264,13 @@ async def open_connection(
         if create is None:
             raise NoServerFound(nowhere(settings))
         create(server.data_dir)
+    if sys.stderr.isatty():  # a person waits: say why (scripts and tests read stderr as is)
+        print(
+            f"keel: starting the embedded Temporal in {server.data_dir} (a few seconds; "
+            "`keel dev` in another terminal keeps one running)",
+            file=sys.stderr,
+            flush=True,
+        )
     async with server:
         logger.info("started embedded Temporal dev server at %s", server.address)
         client = await connect(server.address, settings.namespace, keyring=settings.keyring())

@@ -8,7 +8,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.helpers.cli import ROOT, keel
+from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import respond, text, write_script
 
 
@@ -64,3 +64,39 @@ def test_output_to_a_closed_pipe_ends_quietly(
     )
     assert done.stdout == "user: go\n"
     assert done.stderr.strip() in ("0", "141"), done.stderr
+
+
+def test_a_command_that_starts_its_own_temporal_says_so_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal, the few seconds an embedded Temporal takes are said; in a pipe, not."""
+    import os
+
+    model = write_script(tmp_path / "m.json", [respond(text("hi"))])
+    env = keel_env(KEEL_HOME=str(tmp_path / "home"))
+    env.pop("TEMPORAL_ADDRESS", None)
+    leader, follower = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "keel.worker.cli", "run", "--no-input", "--model", model, "hi"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            timeout=120,
+        )
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, said
+    assert b"starting the embedded Temporal" in said
+    piped = keel("show", "--json", "no-such-session-x", env=env, cwd=tmp_path)
+    assert "starting the embedded Temporal" not in piped.stderr
