@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 
-from keel.activities.models import resolve_model
+from keel.activities.models import is_async_provider, resolve_model
 from keel.workflows.activity_contracts import JudgeRequest, JudgeVerdict, ModelRequest
 from keel.workflows.activity_options import JUDGE_ACTIVITY
 from keel.workflows.contracts import InferenceConfig
@@ -88,7 +88,7 @@ class JudgeActivities:
         def ignore(_: str) -> None:
             return None
 
-        if inspect.iscoroutinefunction(provider.converse):
+        if is_async_provider(provider):
             answer = await provider.converse(ask, ignore)
         else:
             answer = await asyncio.to_thread(provider.converse, ask, ignore)
