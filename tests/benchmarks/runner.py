@@ -14,8 +14,14 @@ ends with one more model call that answers with text):
   cycles, each alone on the worker: time between the first and the last model activity's
   scheduling (server clock) divided by the cycles.
 - ``turn_wall_per_cycle``: the same sessions, client-measured start to result, per cycle.
-- ``worker_cpu_per_cycle``: user + system CPU of the worker process (``/proc/PID/stat``)
-  per cycle, in the latency runs and in each throughput run.
+- ``worker_cpu_per_cycle``: user + system CPU of the worker process (its CPU-time clock, in
+  ns; ``/proc/PID/stat`` where there is none) per cycle, in the latency runs and in each
+  throughput run.
+- ``worker_cpu_per_cycle[cycles=C]``: the figure to compare CPU by. ``--cpu-rounds`` rounds
+  (default 12), each running every system once in an order that rotates: a turn of C
+  (``--cpu-cycles``, default 40) cycles and one of 0 cycles, differenced, over C. The median
+  over the rounds; a ``#`` line per system gives the spread (lowest, quartiles, highest) and
+  ``ratio_rounds.*`` the median of the round-by-round ratios.
 - ``history_bytes_per_cycle[cycles=N]``: protobuf bytes of the session's history (every
   run) for N cycles, minus those of a session of 0 cycles (``history_bytes_fixed``), over N.
 - ``throughput[sessions=S]``: S sessions of ``--throughput-cycles`` cycles, all started at
@@ -31,8 +37,10 @@ ends with one more model call that answers with text):
   share the machine.
 - ``replay[cycles=N]``: median time of ``Replayer.replay_workflow`` on the history of an
   N-cycle session (after one untimed warm-up replay); ``replay_cold`` is that first one.
-- ``memory_per_cached_session``: fresh workers; K sessions each run a one-cycle turn and stay
-  open in the worker's cache: (worker RSS after - RSS before) / K.
+- ``memory_per_cached_session``: fresh workers; ``--memory-steps`` steps (default 6) each add
+  K (``--memory-sessions``) sessions per system that run a one-cycle turn and stay open in
+  the worker's cache; the least-squares slope of worker RSS over the sessions held, through
+  the readings after each step.
 - ``cycles_to_history_limit[50MB]``: the cycles of one turn whose history reaches Temporal's
   50 MiB limit, extrapolated from ``history_bytes_fixed`` and the per-cycle bytes at the two
   largest ``--history-cycles`` (``tests.benchmarks.peer.longest_turn`` states the formula).
@@ -50,8 +58,9 @@ Usage::
 
     python -m tests.benchmarks [--persistence memory|sqlite] [--stock-server]
         [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 4] [--settle 12]
-        [--latency-cycles 20] [--repeats 5]
-        [--history-cycles 10 100 300] [--replay-cycles 200] [--memory-sessions 100]
+        [--latency-cycles 20] [--repeats 5] [--cpu-cycles 40] [--cpu-rounds 12]
+        [--history-cycles 10 100 300] [--replay-cycles 200]
+        [--memory-sessions 100] [--memory-steps 6]
         [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
         [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR] [--peer strands [--peer-venv DIR]]
@@ -66,6 +75,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import os
 import platform
 import signal
@@ -122,6 +134,8 @@ class Options:
     persistence: str = "memory"
     latency_cycles: int = 20
     repeats: int = 5
+    cpu_cycles: int = 40
+    cpu_rounds: int = 12
     history_cycles: list[int] = field(default_factory=lambda: [10, 100, 300])
     sessions: list[int] = field(default_factory=lambda: [50, 200])
     throughput_cycles: int = 10
@@ -130,6 +144,7 @@ class Options:
     replay_cycles: int = 200
     replay_repeats: int = 3
     memory_sessions: int = 100
+    memory_steps: int = 6
     result_size: int = 512
     tool: str = "big_async"
     freeze_heap: str = "keel"
@@ -245,9 +260,32 @@ class Report:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, in seconds."""
+    """User + system CPU time of a process (all its threads, live and ended), in seconds.
+
+    Read from the process's CPU-time clock (``clock_getcpuclockid``: nanoseconds) where the
+    C library has it, else from ``/proc/PID/stat`` (clock ticks: 10 ms on most kernels, too
+    coarse for a turn of a few hundred milliseconds).
+    """
+    clock = _cpu_clock(pid)
+    if clock is not None:
+        with contextlib.suppress(OSError):
+            return time.clock_gettime(clock)
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+@functools.lru_cache(maxsize=64)
+def _cpu_clock(pid: int) -> int | None:
+    """The clock id of a process's CPU time, or None where the C library has none."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    clock = ctypes.c_int()
+    try:
+        failed = ctypes.CDLL(libc_name).clock_getcpuclockid(pid, ctypes.byref(clock))
+    except (OSError, AttributeError):
+        return None
+    return None if failed else clock.value
 
 
 def rss_bytes(pid: int) -> int:
@@ -613,6 +651,8 @@ class Bench:
         async with self.workers() as (systems, procs):
             await self.warm_up(systems)
             await self.latency(systems, procs)
+            if o.cpu_rounds:
+                await self.cpu_per_cycle(systems, procs)
             # Throughput before the long histories: the server slows down as it fills.
             for level, sessions in enumerate(o.sessions):
                 order = SYSTEMS if level % 2 == 0 else SYSTEMS[::-1]
@@ -653,6 +693,60 @@ class Bench:
         self.add(
             "worker_cpu_per_cycle[sessions=1]", "ms", {s: cpu[s] / cycles * 1000 for s in names}
         )
+
+    async def cpu_per_cycle(
+        self, systems: dict[str, System], procs: dict[str, WorkerProcess]
+    ) -> None:
+        """``worker_cpu_per_cycle``: interleaved rounds of differenced turns, median and spread.
+
+        Each round runs every system once, in an order that rotates from round to round (and
+        reverses every other round), so a drift of the machine or the server over the run
+        falls on all systems alike. A system's turn in a round is one session of
+        ``--cpu-cycles`` cycles and one of 0 cycles (a model call that answers at once), in
+        alternating order; the difference of the worker's CPU time (its CPU-time clock, in
+        ns) over the two, divided by the cycles, is the round's figure: a session's fixed
+        cost (start, close, the ledger) cancels out. The median over the rounds is reported,
+        and a ``#`` line gives each system's spread (lowest, quartiles, highest).
+        ``ratio_rounds.*`` is the median of the ratios taken round by round.
+        """
+        o = self.options
+        names = self.names
+        per: dict[str, list[float]] = {s: [] for s in names}
+        for round_ in range(o.cpu_rounds):
+            shift = round_ % len(names)
+            order = names[shift:] + names[:shift]
+            if round_ % 2:
+                order = order[::-1]
+            for name in order:
+                system, proc = systems[name], procs[name]
+                used: dict[int, float] = {}
+                for cycles in (0, o.cpu_cycles) if round_ % 2 == 0 else (o.cpu_cycles, 0):
+                    before = proc.cpu()
+                    await system.run(cycles, f"cpu{cycles}")
+                    used[cycles] = proc.cpu() - before
+                per[name].append((used[o.cpu_cycles] - used[0]) / o.cpu_cycles * 1000)
+        figure = f"worker_cpu_per_cycle[cycles={o.cpu_cycles}]"
+        for name in names:
+            values = sorted(per[name])
+            quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+            self.report.note(
+                f"{figure} {name} over {len(values)} rounds, ms: lowest {values[0]:.2f}, "
+                f"quartiles {quartiles[0]:.2f} / {quartiles[1]:.2f} / {quartiles[2]:.2f}, "
+                f"highest {values[-1]:.2f} (interquartile range "
+                f"{(quartiles[2] - quartiles[0]) / quartiles[1] * 100:.0f} % of the median)"
+            )
+        self.add(figure, "ms", {s: statistics.median(per[s]) for s in names})
+        rounds = [k / f for k, f in zip(per["keel"], per["floor"], strict=True) if f > 0]
+        if rounds:
+            self.report.out(f"ratio_rounds.{figure} {statistics.median(rounds):.3f} x")
+        if self.peer is not None:
+            peer_rounds = [
+                k / p for k, p in zip(per["keel"], per[self.peer.name], strict=True) if p > 0
+            ]
+            if peer_rounds:
+                self.report.out(
+                    f"ratio_rounds_{self.peer.name}.{figure} {statistics.median(peer_rounds):.3f} x"
+                )
 
     async def history(self, systems: dict[str, System]) -> None:
         sizes: dict[str, dict[int, int | None]] = {s: {} for s in self.names}
@@ -813,25 +907,59 @@ class Bench:
         self.report.add(f"replay_cold[cycles={cycles}]", "s", cold["keel"], cold["floor"])
 
     async def memory(self) -> None:
-        sessions = self.options.memory_sessions
-        per_session: dict[str, float | None] = {}
-        async with self.workers(max_cached_workflows=sessions + 20) as (systems, procs):
+        """``memory_per_cached_session``: the slope of worker RSS over sessions held in cache.
+
+        Fresh workers, two warm-up sessions each; then ``--memory-steps`` steps, each adding
+        ``--memory-sessions`` sessions per system (every session runs a one-cycle turn and
+        stays open in the cache), the systems side by side step by step. The figure is the
+        least-squares slope of RSS over the sessions held, through the steps' readings: one
+        reading's difference moved 0.96-1.56 x between runs (the allocator takes memory from
+        the system in arenas, and the first sessions also warm caches), a slope over several
+        hundred sessions does not. A ``#`` line gives each reading.
+        """
+        o = self.options
+        step, steps = o.memory_sessions, max(o.memory_steps, 1)
+        readings: dict[str, list[tuple[int, int]]] = {s: [] for s in self.names}
+        held: dict[str, list[WorkflowHandle]] = {s: [] for s in self.names}
+        async with self.workers(max_cached_workflows=step * steps + 20) as (systems, procs):
             for name in self.names:
-                system, proc = systems[name], procs[name]
                 for _ in range(2):
-                    await system.run(1, "memwarm")
+                    await systems[name].run(1, "memwarm")
+            await asyncio.sleep(1)
+            for name in self.names:
+                readings[name].append((0, procs[name].rss()))
+            for _ in range(steps):
+                for name in self.names:
+                    system = systems[name]
+                    handles = await asyncio.gather(
+                        *(system.start(system.session_id("mem"), 1, hold=True) for _ in range(step))
+                    )
+                    await asyncio.gather(*(system.wait_done(h) for h in handles))
+                    held[name] += handles
                 await asyncio.sleep(1)
-                before = proc.rss()
-                handles = await asyncio.gather(
-                    *(system.start(system.session_id("mem"), 1, hold=True) for _ in range(sessions))
-                )
-                await asyncio.gather(*(system.wait_done(h) for h in handles))
-                await asyncio.sleep(1)
-                after = proc.rss()
-                per_session[name] = (after - before) / sessions / 1024
-                await asyncio.gather(*(system.release(h) for h in handles))
-                await asyncio.gather(*(h.result() for h in handles))
+                for name in self.names:
+                    readings[name].append((len(held[name]), procs[name].rss()))
+            for name in self.names:
+                await asyncio.gather(*(systems[name].release(h) for h in held[name]))
+                await asyncio.gather(*(h.result() for h in held[name]))
+        per_session: dict[str, float | None] = {}
+        for name in self.names:
+            points = readings[name][1:] if steps > 1 else readings[name]
+            per_session[name] = slope(points) / 1024
+            self.report.note(
+                f"memory_per_cached_session {name}: RSS at "
+                + ", ".join(f"{n} sessions {rss / 2**20:.1f} MB" for n, rss in readings[name])
+            )
         self.add("memory_per_cached_session", "KB", per_session)
+
+
+def slope(points: list[tuple[int, int]]) -> float:
+    """The least-squares slope of ``y`` over ``x`` through ``points`` (two or more)."""
+    xs = [float(x) for x, _ in points]
+    ys = [float(y) for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in points) / spread if spread else 0.0
 
 
 def machine() -> str:
@@ -934,6 +1062,18 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--persistence", choices=PERSISTENCE, default=d.persistence)
     parser.add_argument("--latency-cycles", type=int, default=d.latency_cycles)
     parser.add_argument("--repeats", type=int, default=d.repeats)
+    parser.add_argument(
+        "--cpu-cycles",
+        type=int,
+        default=d.cpu_cycles,
+        help="cycles of the long turn of the worker CPU figure (differenced against 0)",
+    )
+    parser.add_argument(
+        "--cpu-rounds",
+        type=int,
+        default=d.cpu_rounds,
+        help="interleaved rounds of the worker CPU figure; 0 skips it",
+    )
     parser.add_argument("--history-cycles", type=int, nargs="+", default=d.history_cycles)
     parser.add_argument("--sessions", type=int, nargs="*", default=d.sessions)
     parser.add_argument("--throughput-cycles", type=int, default=d.throughput_cycles)
@@ -955,7 +1095,16 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument("--replay-cycles", type=int, default=d.replay_cycles)
     parser.add_argument("--replay-repeats", type=int, default=d.replay_repeats)
     parser.add_argument(
-        "--memory-sessions", type=int, default=d.memory_sessions, help="0 skips the figure"
+        "--memory-sessions",
+        type=int,
+        default=d.memory_sessions,
+        help="sessions per system added at each step of the memory figure; 0 skips it",
+    )
+    parser.add_argument(
+        "--memory-steps",
+        type=int,
+        default=d.memory_steps,
+        help="steps of the memory figure; its slope is fitted through the readings after them",
     )
     parser.add_argument("--result-size", type=int, default=d.result_size)
     parser.add_argument(

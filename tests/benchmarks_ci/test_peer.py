@@ -28,6 +28,7 @@ TINY = Options(
     sessions=[],
     replay_cycles=2,
     replay_repeats=1,
+    cpu_rounds=0,
     memory_sessions=0,
 )
 

@@ -29,6 +29,7 @@ FIGURES = [
     "cycle_latency",
     "turn_wall_per_cycle",
     "worker_cpu_per_cycle[sessions=1]",
+    "worker_cpu_per_cycle[cycles=3]",
     "history_bytes_fixed",
     "history_bytes_per_cycle[cycles=10]",
     "history_bytes_per_cycle[cycles=40]",
@@ -42,6 +43,7 @@ FIGURES = [
 PEER_FIGURES = [
     "cycle_latency",
     "worker_cpu_per_cycle[sessions=1]",
+    "worker_cpu_per_cycle[cycles=3]",
     "history_bytes_per_cycle[cycles=40]",
     CYCLES_TO_LIMIT,
     "memory_per_cached_session",
@@ -92,7 +94,10 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         settle_s=0.5,
         replay_cycles=5,
         replay_repeats=1,
+        cpu_cycles=3,
+        cpu_rounds=2,
         memory_sessions=3,
+        memory_steps=2,
         peer=STANDIN.name,
         peer_venv=tmp_path,
         markdown=tmp_path / "table.md",
@@ -125,6 +130,17 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     assert figures["ratio.throughput_paired[sessions=3]"][1] == "x"
     assert any("side by side: Keel ahead in" in line and "of 1 pair of" in line for line in lines)
 
+    # The CPU figure: a spread line per system, and the median of round-by-round ratios.
+    for system in ("keel", "floor", "standin"):
+        spread = f"# worker_cpu_per_cycle[cycles=3] {system} over 2 rounds, ms: lowest"
+        assert any(line.startswith(spread) for line in lines), system
+    assert "ratio_rounds.worker_cpu_per_cycle[cycles=3]" in figures
+    assert "ratio_rounds_standin.worker_cpu_per_cycle[cycles=3]" in figures
+    assert figures["keel.worker_cpu_per_cycle[cycles=3]"][0] > 0
+    # The memory figure is a slope through the readings after each of the two steps.
+    readings = next(line for line in lines if line.startswith("# memory_per_cached_session keel"))
+    assert "3 sessions" in readings and "6 sessions" in readings, readings
+
     keel_10 = figures["keel.history_bytes_per_cycle[cycles=10]"][0]
     keel_40 = figures["keel.history_bytes_per_cycle[cycles=40]"][0]
     assert abs(keel_40 - keel_10) / keel_10 < 0.15, (keel_10, keel_40)
@@ -153,7 +169,7 @@ def test_the_command_starts_its_own_server_and_reports_its_cpu(tmp_path: Path) -
 TINY = [
     *("--repeats", "1", "--latency-cycles", "2", "--history-cycles", "5"),
     *("--sessions", "2", "--throughput-cycles", "2", "--throughput-repeats", "1"),
-    *("--settle", "0.5"),
+    *("--settle", "0.5", "--cpu-rounds", "1", "--cpu-cycles", "2"),
     *("--replay-cycles", "3", "--replay-repeats", "1", "--memory-sessions", "0"),
 ]
 
