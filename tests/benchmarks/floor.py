@@ -9,11 +9,18 @@ like ``tests.sample_tools.big``.
 
 With ``hold`` set, the workflow stays open after its cycles until the ``release`` signal, so
 it stays in the worker's cache (for the memory figure).
+
+A second workflow (``FloorParked``) is the floor of the parked-sessions benchmark
+(``tests.benchmarks.parked``): one recording tool activity (``floor.record``: a line appended
+to the session's own file, like ``tests.sample_tools.record``), then a wait for the
+``approve`` update, then a second recording activity; the turn is then done (the ``done``
+query) and the workflow stays open, as a Keel session does after its turn, until ``release``.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
@@ -21,6 +28,8 @@ from temporalio import activity, workflow
 WORKFLOW = "FloorLoop"
 MODEL_ACTIVITY = "floor.model"
 TOOL_ACTIVITY = "floor.tool"
+PARKED_WORKFLOW = "FloorParked"
+RECORD_ACTIVITY = "floor.record"
 # Each started activity sets a server timer for its timeout; it fires (and finds the activity
 # done) that long after the start. 10 s is the delay of Keel's own activity timers (their
 # heartbeat timeout), so both systems' timers fire while the runner lets a run settle; with
@@ -100,4 +109,71 @@ class FloorLoop:
 
     @workflow.query
     def done(self) -> bool:
+        return self._done
+
+
+@activity.defn(name=RECORD_ACTIVITY)
+async def floor_record(effect: dict[str, Any]) -> str:
+    """Append ``effect["value"]`` as a line to the file ``effect["path"]``: an effect counted.
+
+    Args:
+        effect: ``path`` (created if missing) and ``value`` (the line).
+
+    Returns:
+        What was recorded, like ``tests.sample_tools.record``.
+    """
+    with Path(effect["path"]).open("a", encoding="utf-8") as f:
+        f.write(effect["value"] + "\n")
+    return f"recorded {effect['value']}"
+
+
+@workflow.defn(name=PARKED_WORKFLOW)
+class FloorParked:
+    """Record, wait for a person's ``approve``, record again; then stay open until ``release``."""
+
+    def __init__(self) -> None:
+        self._parked = False
+        self._approved = False
+        self._done = False
+        self._released = False
+
+    @workflow.run
+    async def run(self, input: dict[str, Any]) -> dict[str, Any]:
+        path = input["path"]
+        await workflow.execute_activity(
+            RECORD_ACTIVITY, {"path": path, "value": "cycle"}, start_to_close_timeout=TIMEOUT
+        )
+        self._parked = True
+        await workflow.wait_condition(lambda: self._approved)
+        await workflow.execute_activity(
+            RECORD_ACTIVITY, {"path": path, "value": "approved"}, start_to_close_timeout=TIMEOUT
+        )
+        self._done = True
+        await workflow.wait_condition(lambda: self._released)
+        return {"effects": 2}
+
+    @workflow.update
+    def approve(self) -> bool:
+        """Let the parked turn go on; answers once the decision is in, not when the turn ends."""
+        self._approved = True
+        return True
+
+    @approve.validator
+    def _approvable(self) -> None:
+        """Reject an approval while nothing waits for one (nothing reaches the history)."""
+        if not self._parked or self._approved:
+            raise ValueError("nothing waits for an approval")
+
+    @workflow.signal
+    def release(self) -> None:
+        self._released = True
+
+    @workflow.query
+    def parked(self) -> bool:
+        """Whether the turn waits for the approval (or went past it)."""
+        return self._parked
+
+    @workflow.query
+    def done(self) -> bool:
+        """Whether the turn ended."""
         return self._done

@@ -8,7 +8,8 @@ Usage::
 ``keel`` is Keel's worker as ``keel worker`` makes it: ``keel.worker.process.assembly.build_worker``
 (``AgentSession``, Keel's activities, the ``tests.sample_tools`` tools, Keel's sandbox and
 data converter), then ``freeze_startup_heap``; ``floor`` is a plain temporalio ``Worker`` for
-``tests.benchmarks.floor`` (default data converter, default sandbox), heap left as it is.
+``tests.benchmarks.floor`` (``FloorLoop`` and ``FloorParked`` with their activities; default
+data converter, default sandbox), heap left as it is.
 ``--freeze-heap yes|no`` overrides either default. Both keep temporalio's default
 concurrency settings. The process prints ``ready`` once the worker polls, and shuts the
 worker down on SIGTERM.
@@ -37,14 +38,14 @@ async def build(system: str, address: str, task_queue: str, store: str, **option
 
         client = await connect(address, "default")
         return build_worker(client, task_queue, [SAMPLE_TOOLS], store=open_store(store), **options)
-    from tests.benchmarks.floor import FloorLoop, floor_model, floor_tool
+    from tests.benchmarks.floor import FloorLoop, FloorParked, floor_model, floor_record, floor_tool
 
     client = await Client.connect(address, namespace="default")
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[FloorLoop],
-        activities=[floor_model, floor_tool],
+        workflows=[FloorLoop, FloorParked],
+        activities=[floor_model, floor_tool, floor_record],
         **options,
     )
 
