@@ -11,9 +11,11 @@ With ``hold`` set, the workflow stays open after its cycles until the ``release`
 it stays in the worker's cache (for the memory figure).
 
 A second workflow (``FloorParked``) is the floor of the parked-sessions benchmark
-(``tests.benchmarks.parked``): one recording tool activity (``floor.record``: a line appended
-to the session's own file, like ``tests.sample_tools.record``), then a wait for the
-``approve`` update, then a second recording activity; the turn is then done (the ``done``
+(``tests.benchmarks.parked``), shaped like Keel's parked session: a model call (``floor.model``,
+the full message list) asks for a recording tool activity (``floor.record``: a line appended
+to the session's own file, like ``tests.sample_tools.record``); a second model call asks for
+another, which waits for the ``approve`` update; a last model call answers; the turn is then
+done (the ``done``
 query) and the workflow stays open, as a Keel session does after its turn, until ``release``.
 """
 
@@ -140,17 +142,34 @@ class FloorParked:
     @workflow.run
     async def run(self, input: dict[str, Any]) -> dict[str, Any]:
         path = input["path"]
-        await workflow.execute_activity(
-            RECORD_ACTIVITY, {"path": path, "value": "cycle"}, start_to_close_timeout=TIMEOUT
-        )
-        self._parked = True
-        await workflow.wait_condition(lambda: self._approved)
-        await workflow.execute_activity(
-            RECORD_ACTIVITY, {"path": path, "value": "approved"}, start_to_close_timeout=TIMEOUT
-        )
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "go"}]}]
+        # Keel's shape: model, record, model, (approval), record, model; the model activity
+        # gets the full message list each time, as the floor's loop does.
+        for value in ("cycle", "approved"):
+            response = await self._model(messages)
+            (use,) = [b["toolUse"] for b in response["message"]["content"] if "toolUse" in b]
+            if value == "approved":
+                self._parked = True
+                await workflow.wait_condition(lambda: self._approved)
+            await workflow.execute_activity(
+                RECORD_ACTIVITY, {"path": path, "value": value}, start_to_close_timeout=TIMEOUT
+            )
+            result = {"toolUseId": use["toolUseId"], "status": "success", "content": []}
+            messages.append({"role": "user", "content": [{"toolResult": result}]})
+        await self._model(messages)
         self._done = True
         await workflow.wait_condition(lambda: self._released)
         return {"effects": 2}
+
+    async def _model(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The floor's model: a toolUse for each of the two records, then text."""
+        response: dict[str, Any] = await workflow.execute_activity(
+            MODEL_ACTIVITY,
+            {"messages": messages, "cycles": 2, "result_size": 0},
+            start_to_close_timeout=TIMEOUT,
+        )
+        messages.append(response["message"])
+        return response
 
     @workflow.update
     def approve(self) -> bool:

@@ -13,9 +13,9 @@ it, one after the other, on the same Temporal (Keel first unless ``--order floor
   process (its own, default cache size): one recording activity, then a wait for the
   ``approve`` update, then a second recording activity. Parked once its ``parked`` query says
   so (polled as ``wait_turn`` polls); approved with the ``approve`` update (it answers once the
-  decision is in), then its ``done`` query polled every 50 ms: the same measure as Keel's. It
-  calls no model: Keel's scripted model activity (three calls per session) is part of the
-  ratio.
+  decision is in), then its ``done`` query polled every 50 ms: the same measure as Keel's. Its
+  model activity (``floor.model``, full message list) is called where Keel's scripted model
+  is: three times per session.
 
 Between the sides the run pauses ``--settle-s`` (11 s), so the activity timeout timers one side
 leaves on the server fire before the other side is measured. Figures, one ``figure value unit``
@@ -25,8 +25,11 @@ per line, each as ``keel.<figure>``, ``floor.<figure>`` and ``ratio.<figure>`` (
 - ``parked_sessions``, ``parked_park_s`` (all started and waiting), ``parked_sessions_per_s``;
 - ``parked_worker_rss_mb_before`` and ``parked_worker_rss_mb`` (while all wait),
   ``parked_rss_kb_per_session``;
-- ``parked_approve_to_done_p50_s`` / ``_p99_s`` (from sending the decision to the turn's end:
-  a session evicted from the worker's cache replays first), ``parked_approvals_per_s``;
+- ``parked_alone_approve_to_done_p50_s`` / ``_p99_s``: the first sessions parked (``--alone``,
+  default a quarter, at most 100; evicted first from the worker's cache, so they replay)
+  approved one at a time: a session's own latency, from sending the decision to the turn's end;
+- ``parked_approve_to_done_p50_s`` / ``_p99_s``: the rest, approved 50 at a time (so each
+  also waits its place among the 50), and ``parked_approvals_per_s``;
 - ``parked_server_cpu_park_ms_per_session`` and ``parked_server_cpu_approve_ms_per_session``:
   the dev server's CPU (user + system, from /proc) while the side parks and while it is
   approved, per session;
@@ -120,6 +123,8 @@ class ParkedFigures:
         db_mb_start: the server's DB (file and WAL) before the side; None when unknown.
         db_mb_parked: the same, once all parked.
         db_mb_end: the same, once all turns are done.
+        alone_s: approve-to-done of the first sessions parked, approved one at a time.
+        rss_steps: (sessions parked, worker RSS in MB) at each tenth of the parking.
     """
 
     sessions: int
@@ -135,11 +140,13 @@ class ParkedFigures:
     db_mb_start: float | None = None
     db_mb_parked: float | None = None
     db_mb_end: float | None = None
+    alone_s: list[float] = field(default_factory=list)
+    rss_steps: list[tuple[int, float]] = field(default_factory=list)
 
     def figures(self) -> list[Figure]:
         """Every figure known, in the order they are printed."""
         done = sorted(self.approve_to_done_s) or [0.0]
-        p99 = done[min(len(done) - 1, int(len(done) * 0.99))]
+        p99 = percentile(done, 0.99)
         per = max(self.sessions, 1)
         grown_kb = (self.rss_parked_mb - self.rss_before_mb) * 1024 / per
         figures = [
@@ -154,9 +161,18 @@ class ParkedFigures:
             Figure("parked_approve_to_done_p50_s", statistics.median(done), "s", 2),
             Figure("parked_approve_to_done_p99_s", p99, "s", 2),
             Figure(
-                "parked_approvals_per_s", self.sessions / max(self.approve_wall_s, 1e-9), "/s", 1
+                "parked_approvals_per_s",
+                len(self.approve_to_done_s) / max(self.approve_wall_s, 1e-9),
+                "/s",
+                1,
             ),
         ]
+        if self.alone_s:
+            alone = sorted(self.alone_s)
+            figures += [
+                Figure("parked_alone_approve_to_done_p50_s", statistics.median(alone), "s", 3),
+                Figure("parked_alone_approve_to_done_p99_s", percentile(alone, 0.99), "s", 3),
+            ]
         if self.server_cpu_park_s is not None and self.server_cpu_approve_s is not None:
             figures += [
                 Figure(
@@ -215,6 +231,13 @@ class SideBySide:
     def lines(self) -> list[str]:
         """The notes, then each figure as ``keel.``, ``floor.`` and ``ratio.`` lines."""
         out = [f"# {note}" for note in self.notes]
+        for side in (self.keel, self.floor):
+            if side.rss_steps:
+                name = "keel" if side is self.keel else "floor"
+                out.append(
+                    f"# {name} worker RSS while parking: "
+                    + ", ".join(f"{n} parked {mb:.0f} MB" for n, mb in side.rss_steps)
+                )
         floor = {f.name: f for f in self.floor.figures()}
         for mine in self.keel.figures():
             out.append(f"keel.{mine.name} {mine.value:.{mine.digits}f} {mine.unit}")
@@ -226,6 +249,11 @@ class SideBySide:
                 ratio = mine.value / theirs.value if theirs.value else math.nan
                 out.append(f"ratio.{mine.name} {ratio:.2f} x")
         return out
+
+
+def percentile(ordered: Sequence[float], share: float) -> float:
+    """The value below which ``share`` of the sorted values lie (nearest rank)."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else 0.0
 
 
 class Server:
@@ -454,13 +482,14 @@ class FloorSide:
         return await poll_until_done(ended)
 
 
-async def run_side(side: Side, sessions: int, server: Server) -> ParkedFigures:
+async def run_side(side: Side, sessions: int, server: Server, alone: int = 0) -> ParkedFigures:
     """Run the workload on one side: start its worker, park all, approve all, stop the worker.
 
     Args:
         side: the system measured.
         sessions: how many sessions.
         server: the Temporal both sides run on (its CPU and DB, when known).
+        alone: how many of the first parked are approved one at a time, first.
 
     Returns:
         The side's figures.
@@ -476,9 +505,17 @@ async def run_side(side: Side, sessions: int, server: Server) -> ParkedFigures:
         cpu = server.cpu_s()
         started = time.monotonic()
 
+        step = max(sessions // 10, 1)
+        parked = 0
+
         async def park(name: str) -> str:
+            nonlocal parked
             async with gate:
-                return await side.park(name)
+                token = await side.park(name)
+            parked += 1
+            if parked % step == 0:
+                figures.rss_steps.append((parked, rss_mb(side.pid)))
+            return token
 
         tokens = await asyncio.gather(*(park(n) for n in names))
         figures.park_s = time.monotonic() - started
@@ -497,10 +534,21 @@ async def run_side(side: Side, sessions: int, server: Server) -> ParkedFigures:
                 if not completed:
                     figures.lost += 1
 
-        logger.info("%s: approving %d sessions", side.name, sessions)
+        # The first parked, evicted first from the worker's cache: one at a time, so the
+        # figure is a session's own approve-to-done, not its place in a queue of AT_ONCE.
+        logger.info("%s: approving %d sessions one at a time", side.name, alone)
+        for name, token in zip(names[:alone], tokens[:alone], strict=True):
+            sent = time.monotonic()
+            completed = await side.approve(name, token)
+            figures.alone_s.append(time.monotonic() - sent)
+            if not completed:
+                figures.lost += 1
+        logger.info("%s: approving %d sessions", side.name, sessions - alone)
         cpu = server.cpu_s()
         started = time.monotonic()
-        await asyncio.gather(*(approve(n, t) for n, t in zip(names, tokens, strict=True)))
+        await asyncio.gather(
+            *(approve(n, t) for n, t in zip(names[alone:], tokens[alone:], strict=True))
+        )
         figures.approve_wall_s = time.monotonic() - started
         after = server.cpu_s()
         if cpu is not None and after is not None:
@@ -525,6 +573,7 @@ async def parked_side_by_side(
     namespace: str = "default",
     order: Sequence[str] = SIDES,
     settle_s: float = SETTLE_S,
+    alone: int | None = None,
 ) -> SideBySide:
     """Run the parked workload on Keel and on the floor, one after the other, on one Temporal.
 
@@ -537,6 +586,8 @@ async def parked_side_by_side(
         namespace: the Temporal namespace.
         order: which side runs first: ``("keel", "floor")`` or ``("floor", "keel")``.
         settle_s: the pause before the second side (the first side's timers fire).
+        alone: how many of the first parked each side approves one at a time before the
+            rest; default a quarter of the sessions, at most 100.
 
     Returns:
         Both sides' figures with the notes of the run; ``lines()`` prints them.
@@ -547,11 +598,15 @@ async def parked_side_by_side(
     if sorted(order) != sorted(SIDES):
         raise ValueError(f"order must name {SIDES} once each, not {tuple(order)!r}")
     server = Server(server_pid, db_path)
+    alone = min(sessions // 4, 100) if alone is None else min(alone, sessions)
     notes = [
         f"parked: {sessions} sessions per side, {AT_ONCE} at a time, {' then '.join(order)} "
         f"on one Temporal at {address} ({settle_s:.0f} s settle between them); keel: "
         "`keel worker` (scripted model, record then guarded_record); floor: "
-        f"{PARKED_WORKFLOW} (tests.benchmarks.floor: record, approve update, record; no model)"
+        f"{PARKED_WORKFLOW} (tests.benchmarks.floor: model, record, model, approve update, "
+        "record, model); approve-to-done alone: the first sessions parked (evicted first from "
+        "the worker's cache once more than it holds have parked), approved one at a time, "
+        f"before the others are approved {AT_ONCE} at a time"
     ]
     if server_pid is None:
         notes.append(
@@ -571,7 +626,7 @@ async def parked_side_by_side(
             if name == "keel"
             else FloorSide(address, namespace, where)
         )
-        results[name] = await run_side(side, sessions, server)
+        results[name] = await run_side(side, sessions, server, alone)
     return SideBySide(keel=results["keel"], floor=results["floor"], notes=notes)
 
 
@@ -592,6 +647,11 @@ async def main(argv: Sequence[str] | None = None) -> None:
         help="which side runs first",
     )
     parser.add_argument("--settle-s", type=float, default=SETTLE_S, help="pause between sides")
+    parser.add_argument(
+        "--alone",
+        type=int,
+        help="the first parked sessions approved one at a time (default: a quarter, at most 100)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     order = args.order.split(",")
@@ -609,6 +669,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
                 namespace=namespace,
                 order=order,
                 settle_s=args.settle_s,
+                alone=args.alone,
             )
             result.notes.insert(0, f"server: existing Temporal at {address} (TEMPORAL_ADDRESS)")
         else:
@@ -622,6 +683,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
                     workdir,
                     order=order,
                     settle_s=args.settle_s,
+                    alone=args.alone,
                 )
                 result.notes.insert(0, f"server: {describe(server)}")
     print("\n".join(result.lines()), flush=True)

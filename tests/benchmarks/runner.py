@@ -920,7 +920,7 @@ class Bench:
         o = self.options
         step, steps = o.memory_sessions, max(o.memory_steps, 1)
         readings: dict[str, list[tuple[int, int]]] = {s: [] for s in self.names}
-        held: dict[str, list[WorkflowHandle]] = {s: [] for s in self.names}
+        held: dict[str, list[WorkflowHandle[Any, Any]]] = {s: [] for s in self.names}
         async with self.workers(max_cached_workflows=step * steps + 20) as (systems, procs):
             for name in self.names:
                 for _ in range(2):

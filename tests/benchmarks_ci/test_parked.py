@@ -20,6 +20,8 @@ RATIOS = [
     "parked_approve_to_done_p50_s",
     "parked_approve_to_done_p99_s",
     "parked_approvals_per_s",
+    "parked_alone_approve_to_done_p50_s",
+    "parked_alone_approve_to_done_p99_s",
     "parked_server_cpu_park_ms_per_session",
     "parked_server_cpu_approve_ms_per_session",
 ]
@@ -61,8 +63,11 @@ async def test_parked_sessions_on_keel_and_the_floor_finish_each_effect_once(
     print("\n".join(lines))
     for side in (result.keel, result.floor):
         assert side.lost == 0 and side.doubled == 0
-        assert len(side.approve_to_done_s) == SESSIONS
+        # a quarter approved one at a time, the rest together: each once
+        assert len(side.alone_s) == SESSIONS // 4
+        assert len(side.approve_to_done_s) + len(side.alone_s) == SESSIONS
         assert side.rss_parked_mb > 0
+        assert [n for n, _ in side.rss_steps] == list(range(1, SESSIONS + 1))
     names = figure_names(lines)
     for name in RATIOS:
         assert [f"keel.{name}", f"floor.{name}", f"ratio.{name}"] == [
@@ -73,6 +78,7 @@ async def test_parked_sessions_on_keel_and_the_floor_finish_each_effect_once(
     assert len(names) == 3 * len(RATIOS) + 2 * len(COUNTS)
     assert all(len(line.split()) == 3 for line in lines if not line.startswith("#"))
     assert any("DB size unknown" in line for line in lines if line.startswith("#"))
+    assert any(line.startswith("# keel worker RSS while parking: 1 parked") for line in lines)
 
 
 def test_db_figures_need_a_db_and_a_floor_of_zero_gives_no_ratio() -> None:
