@@ -41,6 +41,9 @@ ends with one more model call that answers with text):
   K (``--memory-sessions``) sessions per system that run a one-cycle turn and stay open in
   the worker's cache; the least-squares slope of worker RSS over the sessions held, through
   the readings after each step.
+- ``parked_*``: ``tests.benchmarks.parked`` on this run's server: ``--parked`` N sessions
+  (default 1,000) per side park on an approval, then are approved (the first quarter, at
+  most 100, one at a time); its figures and ``#`` lines as that module prints them.
 - ``cycles_to_history_limit[50MB]``: the cycles of one turn whose history reaches Temporal's
   50 MiB limit, extrapolated from ``history_bytes_fixed`` and the per-cycle bytes at the two
   largest ``--history-cycles`` (``tests.benchmarks.peer.longest_turn`` states the formula).
@@ -60,7 +63,7 @@ Usage::
         [--sessions 50 200] [--throughput-cycles 10] [--throughput-repeats 4] [--settle 12]
         [--latency-cycles 20] [--repeats 5] [--cpu-cycles 40] [--cpu-rounds 12]
         [--history-cycles 10 100 300] [--replay-cycles 200]
-        [--memory-sessions 100] [--memory-steps 6]
+        [--memory-sessions 100] [--memory-steps 6] [--parked 1000]
         [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
         [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR] [--peer strands [--peer-venv DIR]]
@@ -101,6 +104,7 @@ from keel.worker.server.devserver import DevServer, terminate
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
+from tests.benchmarks.parked import parked_side_by_side
 from tests.benchmarks.peer import (
     HISTORY_LIMIT_BYTES,
     PEERS,
@@ -145,6 +149,7 @@ class Options:
     replay_repeats: int = 3
     memory_sessions: int = 100
     memory_steps: int = 6
+    parked: int = 1000
     result_size: int = 512
     tool: str = "big_async"
     freeze_heap: str = "keel"
@@ -568,10 +573,13 @@ class Bench:
         floor_client: Client,
         server_pid: int | None = None,
         peer: tuple[Peer, Path] | None = None,
+        db_path: Path | None = None,
     ) -> None:
-        """``peer``: the peer and its venv's python, if the run has one."""
+        """``peer``: the peer and its venv's python, if the run has one; ``db_path``: the
+        server's SQLite file, when the runner started it on one."""
         self.options = options
         self.server_pid = server_pid
+        self.db_path = db_path
         self.report = report
         self.address = address
         self.workdir = workdir
@@ -661,6 +669,8 @@ class Bench:
             await self.history(systems)
         if o.memory_sessions:
             await self.memory()
+        if o.parked:
+            await self.parked()
 
     async def warm_up(self, systems: dict[str, System]) -> None:
         """One short session per system: imports, sandbox and caches are warm afterwards."""
@@ -906,6 +916,26 @@ class Bench:
         self.report.add(f"replay[cycles={cycles}]", "s", warm["keel"], warm["floor"])
         self.report.add(f"replay_cold[cycles={cycles}]", "s", cold["keel"], cold["floor"])
 
+    async def parked(self) -> None:
+        """``parked_*``: ``tests.benchmarks.parked`` on this run's server, Keel then the floor."""
+        result = await parked_side_by_side(
+            self.address,
+            self.server_pid,
+            self.db_path,
+            self.options.parked,
+            self.workdir / "parked",
+            settle_s=self.options.settle_s,
+        )
+        for note in result.notes:
+            self.report.note(note)
+        for line in result.lines():
+            if line.startswith("# ") and line[2:] not in result.notes:
+                self.report.note(line[2:])
+        floor = {f.name: f for f in result.floor.figures()}
+        for mine in result.keel.figures():
+            theirs = floor.get(mine.name)
+            self.report.add(mine.name, mine.unit, mine.value, theirs.value if theirs else None)
+
     async def memory(self) -> None:
         """``memory_per_cached_session``: the slope of worker RSS over sessions held in cache.
 
@@ -1041,8 +1071,17 @@ async def run(
             keel_client = await Client.connect(address, data_converter=DATA_CONVERTER)
             floor_client = await Client.connect(address)
             server_pid = server.pid if server else None
+            db_path = server.db_path if server is not None and not server.in_memory else None
             bench = Bench(
-                options, report, address, workdir, keel_client, floor_client, server_pid, peer
+                options,
+                report,
+                address,
+                workdir,
+                keel_client,
+                floor_client,
+                server_pid,
+                peer,
+                db_path,
             )
             await bench.run_all()
         finally:
@@ -1105,6 +1144,13 @@ def parse(argv: list[str] | None = None) -> Options:
         type=int,
         default=d.memory_steps,
         help="steps of the memory figure; its slope is fitted through the readings after them",
+    )
+    parser.add_argument(
+        "--parked",
+        type=int,
+        default=d.parked,
+        metavar="N",
+        help="sessions per side of the parked-sessions figures (tests.benchmarks.parked); 0 skips",
     )
     parser.add_argument("--result-size", type=int, default=d.result_size)
     parser.add_argument(

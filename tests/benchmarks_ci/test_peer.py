@@ -30,6 +30,7 @@ TINY = Options(
     replay_repeats=1,
     cpu_rounds=0,
     memory_sessions=0,
+    parked=0,
 )
 
 

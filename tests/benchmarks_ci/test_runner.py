@@ -98,6 +98,7 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         cpu_rounds=2,
         memory_sessions=3,
         memory_steps=2,
+        parked=4,
         peer=STANDIN.name,
         peer_venv=tmp_path,
         markdown=tmp_path / "table.md",
@@ -141,6 +142,12 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     readings = next(line for line in lines if line.startswith("# memory_per_cached_session keel"))
     assert "3 sessions" in readings and "6 sessions" in readings, readings
 
+    # The parked figures, side by side with the floor, on the runner's server.
+    for name in ("parked_alone_approve_to_done_p99_s", "parked_approvals_per_s"):
+        assert f"ratio.{name}" in figures, name
+    assert figures["keel.parked_lost"][0] == figures["floor.parked_lost"][0] == 0
+    assert figures["keel.parked_doubled"][0] == figures["floor.parked_doubled"][0] == 0
+
     keel_10 = figures["keel.history_bytes_per_cycle[cycles=10]"][0]
     keel_40 = figures["keel.history_bytes_per_cycle[cycles=40]"][0]
     assert abs(keel_40 - keel_10) / keel_10 < 0.15, (keel_10, keel_40)
@@ -171,6 +178,7 @@ TINY = [
     *("--sessions", "2", "--throughput-cycles", "2", "--throughput-repeats", "1"),
     *("--settle", "0.5", "--cpu-rounds", "1", "--cpu-cycles", "2"),
     *("--replay-cycles", "3", "--replay-repeats", "1", "--memory-sessions", "0"),
+    *("--parked", "0"),
 ]
 
 
