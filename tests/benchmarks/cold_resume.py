@@ -2,10 +2,10 @@
 
 Issue 33 asks approve-to-done of a 200-cycle session that is not in the worker's cache to take
 at most 1 s, and continue-as-new to be what bounds it. For each continue-as-new size N
-(``SessionConfig.continue_as_new_events``; Keel's default is 10,000), R sessions each run a
-turn of C tool cycles (the scripted model calls ``big_async``, 512 characters a result: the
-workload of the runner's ``replay[cycles=N]``) and then call the approval-gated
-``guarded_record``, and park on that approval. Then:
+(``SessionConfig.continue_as_new_events``; Keel's default is 3,000, 10,000 before issue 33),
+R sessions each run a turn of C tool cycles (the scripted model calls ``big_async``, 512
+characters a result: the workload of the runner's ``replay[cycles=N]``) and then call the
+approval-gated ``guarded_record``, and park on that approval. Then:
 
 1. The ``keel worker`` they ran on (its own process, default settings) gets SIGTERM, and a
    fresh ``keel worker`` process starts; the benchmark waits until Temporal lists the new
@@ -28,9 +28,9 @@ the same replay without it.
 
 A session continues-as-new at its next safe point once its run holds N events, or once the
 server suggests it: a Temporal server on its default dynamic config does at 4,096 events
-(``limit.historyCount.suggestContinueAsNew``), so Keel's default N = 10,000 never applies
-there and a run holds at most about 4,100 events. At C = 200 (about 2,400 events) the default
-session stays in its first run; the smaller sizes leave it in a run of a few hundred events
+(``limit.historyCount.suggestContinueAsNew``), so Keel's old default N = 10,000 never applied
+there and a run holds at most about 4,100 events. At C = 200 (about 2,400 events) a session at
+3,000 or 10,000 stays in its first run; the smaller sizes leave it in a run of a few hundred events
 (whatever the remainder of C over the run length is, not N). ``--full-runs`` adds, for each
 N, R sessions whose turn is sized (from the events of a 1- and a 3-cycle session) to park in
 a run just short of N or 4,096: the longest run, so the slowest cold resume, that size lets a
@@ -55,7 +55,7 @@ at which it would reach 1 s.
 
 Usage::
 
-    python3 -m tests.benchmarks.cold_resume [--cycles 200] [--can-events 10000 2000 1000 500]
+    python3 -m tests.benchmarks.cold_resume [--cycles 200] [--can-events 10000 3000 1000 500]
         [--repeats 5] [--full-runs] [--profile DIR]
 
 ``--profile DIR`` records the fresh worker with py-spy (250 Hz, raw collapsed stacks) while
@@ -99,7 +99,7 @@ from tests.helpers.temporal import dev_server, run_histories
 logger = logging.getLogger(__name__)
 
 RESULT_SIZE = 512  # characters a cycle, as the runner's replay figure
-DEFAULT_CAN_EVENTS = (10_000, 2_000, 1_000, 500)
+DEFAULT_CAN_EVENTS = (10_000, 3_000, 1_000, 500)
 # The events at which a Temporal server suggests continue-as-new by default (its dynamic
 # config limit.historyCount.suggestContinueAsNew, 4 Ki); a session honours the suggestion
 # (workflow.info().is_continue_as_new_suggested()), so no run grows past it on such a server,

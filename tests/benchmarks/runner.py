@@ -44,6 +44,11 @@ ends with one more model call that answers with text):
 - ``parked_*``: ``tests.benchmarks.parked`` on this run's server: ``--parked`` N sessions
   (default 1,000) per side park on an approval, then are approved (the first quarter, at
   most 100, one at a time); its figures and ``#`` lines as that module prints them.
+- ``cold_resume_*[cycles=C,can_events=N]``: ``tests.benchmarks.cold_resume`` on this run's
+  server, Keel only: sessions of ``--cold-resume-cycles`` cycles (default 200) park on an
+  approval, their worker is restarted, and each is approved alone: approve-to-done (median,
+  max), the replay part, the events and runs of the session, at each continue-as-new size
+  of ``--cold-resume-can-events`` (default 10,000, 3,000 (Keel's default) and 1,000).
 - ``cycles_to_history_limit[50MB]``: the cycles of one turn whose history reaches Temporal's
   50 MiB limit, extrapolated from ``history_bytes_fixed`` and the per-cycle bytes at the two
   largest ``--history-cycles`` (``tests.benchmarks.peer.longest_turn`` states the formula).
@@ -64,6 +69,8 @@ Usage::
         [--latency-cycles 20] [--repeats 5] [--cpu-cycles 40] [--cpu-rounds 12]
         [--history-cycles 10 100 300] [--replay-cycles 200]
         [--memory-sessions 100] [--memory-steps 6] [--parked 1000]
+        [--cold-resume-cycles 200] [--cold-resume-can-events 10000 3000 1000]
+        [--cold-resume-repeats 3] [--keel-config FIELD=VALUE] [--keel-env NAME=VALUE]
         [--result-size 512] [--tool big_async|big] [--freeze-heap keel|both|none]
         [--dynamic-config-value KEY=VALUE] [--markdown FILE]
         [--profile DIR] [--peer strands [--peer-venv DIR]]
@@ -81,6 +88,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import json
 import os
 import platform
 import signal
@@ -101,6 +109,7 @@ from temporalio.worker import Replayer
 
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import DevServer, terminate
+from tests.benchmarks.cold_resume import cold_resume
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
@@ -150,6 +159,11 @@ class Options:
     memory_sessions: int = 100
     memory_steps: int = 6
     parked: int = 1000
+    cold_resume_cycles: int = 200
+    cold_resume_can_events: list[int] = field(default_factory=lambda: [10_000, 3_000, 1_000])
+    cold_resume_repeats: int = 3
+    keel_config: list[str] = field(default_factory=list)
+    keel_env: list[str] = field(default_factory=list)
     result_size: int = 512
     tool: str = "big_async"
     freeze_heap: str = "keel"
@@ -419,9 +433,11 @@ class KeelSystem(System):
     name = "keel"
     model_activity = "keel.model.converse"
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, config: dict[str, Any] | None = None) -> None:
+        """``config``: ``SessionConfig`` fields every session gets (``--keel-config``)."""
         super().__init__(*args)
         self._scripts: dict[int, str] = {}
+        self.config = dict(config or {})
 
     def model(self, cycles: int) -> str:
         """``scripted:`` spec of a script of ``cycles`` tool cycles then a final answer."""
@@ -452,7 +468,10 @@ class KeelSystem(System):
 
         start = SessionInput(
             config=SessionConfig(
-                model=self.model(cycles), tool_modules=[SAMPLE_TOOLS], max_cycles_per_turn=None
+                model=self.model(cycles),
+                tool_modules=[SAMPLE_TOOLS],
+                max_cycles_per_turn=None,
+                **self.config,
             ),
             prompt=[text_block("loop")],
         )
@@ -594,8 +613,9 @@ class Bench:
         args = (task_queue, self.workdir, o.result_size, o.tool)
         if self.peer is not None and name == self.peer.name:
             return PeerSystem(self.peer, self.clients["floor"], *args)
-        kind = KeelSystem if name == "keel" else FloorSystem
-        return kind(self.clients[name], *args)
+        if name == "keel":
+            return KeelSystem(self.clients[name], *args, config=pairs(o.keel_config))
+        return FloorSystem(self.clients[name], *args)
 
     def add(self, name: str, unit: str, values: dict[str, float | None]) -> None:
         """Report one figure of each system in ``values`` (by system name)."""
@@ -620,6 +640,8 @@ class Bench:
         """The worker process of one system (not started)."""
         freeze = "yes" if self.options.freeze_heap in (name, "both") else "no"
         env = self.worker_env()
+        if name == "keel":
+            env.update(item.partition("=")[::2] for item in self.options.keel_env)
         if self.peer is None or name != self.peer.name:
             flags["store"] = self.store
             entry = None
@@ -671,6 +693,8 @@ class Bench:
             await self.memory()
         if o.parked:
             await self.parked()
+        if o.cold_resume_cycles:
+            await self.cold_resume()
 
     async def warm_up(self, systems: dict[str, System]) -> None:
         """One short session per system: imports, sandbox and caches are warm afterwards."""
@@ -936,6 +960,25 @@ class Bench:
             theirs = floor.get(mine.name)
             self.report.add(mine.name, mine.unit, mine.value, theirs.value if theirs else None)
 
+    async def cold_resume(self) -> None:
+        """``cold_resume_*``: ``tests.benchmarks.cold_resume`` on this run's server (Keel only)."""
+        o = self.options
+        where = self.workdir / "cold-resume"
+        where.mkdir(parents=True, exist_ok=True)
+        lines = await cold_resume(
+            self.clients["keel"],
+            o.cold_resume_cycles,
+            o.cold_resume_can_events,
+            o.cold_resume_repeats,
+            where,
+        )
+        for line in lines:
+            if line.startswith("#"):
+                self.report.note(line.lstrip("# "))
+                continue
+            name, value, unit = line.split(" ")
+            self.report.add(name, unit, float(value), None)
+
     async def memory(self) -> None:
         """``memory_per_cached_session``: the slope of worker RSS over sessions held in cache.
 
@@ -990,6 +1033,18 @@ def slope(points: list[tuple[int, int]]) -> float:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     spread = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in points) / spread if spread else 0.0
+
+
+def pairs(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as a dict; a VALUE that reads as JSON (``10``, ``null``) is that."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 def machine() -> str:
@@ -1152,6 +1207,35 @@ def parse(argv: list[str] | None = None) -> Options:
         metavar="N",
         help="sessions per side of the parked-sessions figures (tests.benchmarks.parked); 0 skips",
     )
+    parser.add_argument(
+        "--keel-config",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a SessionConfig field every Keel session gets (e.g. heartbeat_timeout_s=10)",
+    )
+    parser.add_argument(
+        "--keel-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable of Keel's worker (e.g. KEEL_STREAM_LISTEN=off)",
+    )
+    parser.add_argument(
+        "--cold-resume-cycles",
+        type=int,
+        default=d.cold_resume_cycles,
+        help="cycles before the approval of the cold-resume figures "
+        "(tests.benchmarks.cold_resume); 0 skips them",
+    )
+    parser.add_argument(
+        "--cold-resume-can-events",
+        type=int,
+        nargs="+",
+        default=d.cold_resume_can_events,
+        help="the continue-as-new sizes the cold-resume figures are measured at",
+    )
+    parser.add_argument("--cold-resume-repeats", type=int, default=d.cold_resume_repeats)
     parser.add_argument("--result-size", type=int, default=d.result_size)
     parser.add_argument(
         "--tool",

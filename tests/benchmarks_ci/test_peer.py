@@ -31,6 +31,7 @@ TINY = Options(
     cpu_rounds=0,
     memory_sessions=0,
     parked=0,
+    cold_resume_cycles=0,
 )
 
 

@@ -99,6 +99,9 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
         memory_sessions=3,
         memory_steps=2,
         parked=4,
+        cold_resume_cycles=3,
+        cold_resume_can_events=[10_000, 40],
+        cold_resume_repeats=1,
         peer=STANDIN.name,
         peer_venv=tmp_path,
         markdown=tmp_path / "table.md",
@@ -148,6 +151,11 @@ async def test_runner_prints_every_figure_and_history_per_cycle_stays_flat(
     assert figures["keel.parked_lost"][0] == figures["floor.parked_lost"][0] == 0
     assert figures["keel.parked_doubled"][0] == figures["floor.parked_doubled"][0] == 0
 
+    # Cold resume: Keel's figures only, at each continue-as-new size.
+    for size in (10_000, 40):
+        assert f"keel.cold_resume_s[cycles=3,can_events={size}]" in figures, size
+        assert f"floor.cold_resume_s[cycles=3,can_events={size}]" not in figures, size
+
     keel_10 = figures["keel.history_bytes_per_cycle[cycles=10]"][0]
     keel_40 = figures["keel.history_bytes_per_cycle[cycles=40]"][0]
     assert abs(keel_40 - keel_10) / keel_10 < 0.15, (keel_10, keel_40)
@@ -178,7 +186,7 @@ TINY = [
     *("--sessions", "2", "--throughput-cycles", "2", "--throughput-repeats", "1"),
     *("--settle", "0.5", "--cpu-rounds", "1", "--cpu-cycles", "2"),
     *("--replay-cycles", "3", "--replay-repeats", "1", "--memory-sessions", "0"),
-    *("--parked", "0"),
+    *("--parked", "0", "--cold-resume-cycles", "0"),
 ]
 
 
