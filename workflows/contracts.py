@@ -114,6 +114,14 @@ class InferenceConfig(ConverseModel):
     stopSequences: list[str] | None = None
 
 
+# A worker that has not cached a session (restarted, or evicted it) replays the session's
+# current run before it acts on an approval: about 0.08 s + 0.22 s per 1,000 events on 2
+# cores (tests/benchmarks/cold_resume.py). At 3,000 events the longest run resumes in about
+# 0.75 s; at 10,000 it would take 2.3 s on a server whose own suggestion (4,096 events by
+# default) is raised.
+DEFAULT_CONTINUE_AS_NEW_EVENTS = 3_000
+
+
 class SessionConfig(KeelModel):
     """How a session runs; fixed when the session starts.
 
@@ -146,7 +154,8 @@ class SessionConfig(KeelModel):
         context_messages: show the model only about the last this many messages (whole
             tool-use / tool-result pairs, starting at a user message); history is kept whole.
         continue_as_new_events: continue-as-new at the next safe point once the run's history
-            has this many events (Temporal's own suggestion also triggers it).
+            has this many events (Temporal's own suggestion also triggers it); default
+            ``DEFAULT_CONTINUE_AS_NEW_EVENTS``, 3,000.
         continue_as_new_bytes: likewise for the run's history size in bytes.
         output_schema: a JSON Schema for the turn's structured output: the model is offered
             a tool ``final_result`` taking it, and a valid call ends the turn with its input
@@ -189,7 +198,7 @@ class SessionConfig(KeelModel):
     max_turn_tokens: int | None = Field(default=DEFAULT_TURN_TOKENS, gt=0)
     max_session_tokens: int | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
-    continue_as_new_events: int = Field(default=10_000, ge=20)
+    continue_as_new_events: int = Field(default=DEFAULT_CONTINUE_AS_NEW_EVENTS, ge=20)
     continue_as_new_bytes: int = Field(default=20_000_000, ge=100_000)
     output_schema: dict[str, Any] | None = None
     agents: dict[str, SubAgent] = Field(default_factory=dict)
