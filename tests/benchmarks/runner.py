@@ -18,7 +18,7 @@ ends with one more model call that answers with text):
   ns; ``/proc/PID/stat`` where there is none) per cycle, in the latency runs and in each
   throughput run.
 - ``worker_cpu_per_cycle[cycles=C]``: the figure to compare CPU by. ``--cpu-rounds`` rounds
-  (default 12), each running every system once in an order that rotates: a turn of C
+  (default 20), each running every system once in an order that rotates: a turn of C
   (``--cpu-cycles``, default 40) cycles and one of 0 cycles, differenced, over C. The median
   over the rounds; a ``#`` line per system gives the spread (lowest, quartiles, highest) and
   ``ratio_rounds.*`` the median of the round-by-round ratios.
@@ -148,7 +148,7 @@ class Options:
     latency_cycles: int = 20
     repeats: int = 5
     cpu_cycles: int = 40
-    cpu_rounds: int = 12
+    cpu_rounds: int = 20
     history_cycles: list[int] = field(default_factory=lambda: [10, 100, 300])
     sessions: list[int] = field(default_factory=lambda: [50, 200])
     throughput_cycles: int = 10
@@ -746,6 +746,7 @@ class Bench:
         o = self.options
         names = self.names
         per: dict[str, list[float]] = {s: [] for s in names}
+        await asyncio.sleep(o.settle_s)  # the timers the latency runs left fire first
         for round_ in range(o.cpu_rounds):
             shift = round_ % len(names)
             order = names[shift:] + names[:shift]
