@@ -487,7 +487,7 @@ async def _first_task(client: Client, parked: Parked, resumed: Resumed) -> None:
 
 
 def keel_replayer() -> Replayer:
-    """Keel's replayer, as the runner's ``replay`` figure makes it."""
+    """Keel's replayer: ``AgentSession`` in Keel's sandbox, with Keel's data converter."""
     from keel.worker.payloads import DATA_CONVERTER
     from keel.worker.process.sandbox import sandbox_runner
     from keel.workflows.session import AgentSession

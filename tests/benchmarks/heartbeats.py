@@ -71,7 +71,7 @@ from keel.workflows.activity_options import (
     MODEL_ACTIVITY,
     TOOL_ACTIVITY,
 )
-from tests.benchmarks.runner import cpu_seconds
+from tests.benchmarks.process_stats import cpu_seconds
 from tests.benchmarks.server import bench_server
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import free_port

@@ -61,7 +61,6 @@ import logging
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,9 +75,10 @@ from temporalio.service import RPCError
 
 from keel import KeelClient, SessionConfig, connect, open_store
 from keel.worker.client.keel_client import POLL_MAX_S, POLL_START_S
+from tests.benchmarks.cold_resume import WorkerProcess as KeelWorker
 from tests.benchmarks.floor import PARKED_WORKFLOW, TIMEOUT, FloorParked
+from tests.benchmarks.process_stats import cpu_seconds, rss_bytes
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
-from tests.helpers.cli import ROOT, keel_env
 from tests.helpers.scripts import respond, text, tool_use, write_script
 
 logger = logging.getLogger(__name__)
@@ -273,9 +273,6 @@ class Server:
         """The server's CPU time so far, in seconds; None when unknown."""
         if self.pid is None:
             return None
-        # Imported here: the runner imports this module to print these figures in its run.
-        from tests.benchmarks.runner import cpu_seconds
-
         return cpu_seconds(self.pid)
 
     def db_mb(self) -> float | None:
@@ -288,10 +285,7 @@ class Server:
 
 def rss_mb(pid: int) -> float:
     """A process's resident set size (VmRSS), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return rss_bytes(pid) / 2**20
 
 
 def effects_file(workdir: Path, session: str) -> Path:
@@ -362,7 +356,7 @@ class KeelSide:
         self.workdir = workdir
         self.queue = f"parked-keel-{uuid.uuid4().hex[:8]}"
         self.store = workdir / "store"
-        self.worker: subprocess.Popen[bytes] | None = None
+        self.worker: KeelWorker | None = None
         self._keel: KeelClient | None = None
 
     @property
@@ -376,29 +370,14 @@ class KeelSide:
         return self._keel
 
     async def start(self) -> None:
-        env = keel_env(
-            TEMPORAL_ADDRESS=self.address,
-            TEMPORAL_NAMESPACE=self.namespace,
-            KEEL_TASK_QUEUE=self.queue,
-            KEEL_STORE=str(self.store),
-            KEEL_STREAM_LISTEN="off",
-        )
-        with (self.workdir / "worker.log").open("w") as log:
-            self.worker = subprocess.Popen(
-                [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", TOOLS],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
         client = await connect(self.address, self.namespace)
+        self.worker = KeelWorker(client, self.queue, self.store, self.workdir / "worker.log")
+        await self.worker.start()  # returns once Temporal lists it as a poller
         self._keel = KeelClient(client, self.queue, open_store(str(self.store)))
-        await asyncio.sleep(2.0)  # the worker starts
 
     async def stop(self) -> None:
         if self.worker is not None:
-            self.worker.terminate()
-            await asyncio.to_thread(self.worker.wait, 30)
+            await self.worker.stop()
 
     async def park(self, session: str) -> str:
         ack = await self.keel.prompt(session, "go", config=config(self.workdir, session))

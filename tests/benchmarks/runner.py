@@ -85,9 +85,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 import json
 import os
 import platform
@@ -109,7 +106,7 @@ from temporalio.worker import Replayer
 
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import DevServer, terminate
-from tests.benchmarks.cold_resume import cold_resume
+from tests.benchmarks.cold_resume import cold_resume, keel_replayer
 from tests.benchmarks.floor import MODEL_ACTIVITY as FLOOR_MODEL
 from tests.benchmarks.floor import WORKFLOW as FLOOR_WORKFLOW
 from tests.benchmarks.floor import FloorLoop
@@ -122,6 +119,7 @@ from tests.benchmarks.peer import (
     ensure_venv,
     longest_turn,
 )
+from tests.benchmarks.process_stats import cpu_seconds, rss_bytes
 from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.helpers.scripts import write_script
 from tests.helpers.temporal import run_histories
@@ -137,7 +135,6 @@ TOOLS = ("big_async", "big")
 SYSTEMS = ("keel", "floor")
 # The figure of Temporal's history size limit: cycles of one turn until 50 MiB of history.
 CYCLES_TO_LIMIT = "cycles_to_history_limit[50MB]"
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -276,42 +273,6 @@ class Report:
 
 
 # ----------------------------------------------------------------------------- processes
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads, live and ended), in seconds.
-
-    Read from the process's CPU-time clock (``clock_getcpuclockid``: nanoseconds) where the
-    C library has it, else from ``/proc/PID/stat`` (clock ticks: 10 ms on most kernels, too
-    coarse for a turn of a few hundred milliseconds).
-    """
-    clock = _cpu_clock(pid)
-    if clock is not None:
-        with contextlib.suppress(OSError):
-            return time.clock_gettime(clock)
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
-
-
-@functools.lru_cache(maxsize=64)
-def _cpu_clock(pid: int) -> int | None:
-    """The clock id of a process's CPU time, or None where the C library has none."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    clock = ctypes.c_int()
-    try:
-        failed = ctypes.CDLL(libc_name).clock_getcpuclockid(pid, ctypes.byref(clock))
-    except (OSError, AttributeError):
-        return None
-    return None if failed else clock.value
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 class WorkerProcess:
@@ -507,14 +468,7 @@ class KeelSystem(System):
         await handle.signal("close", CloseInput(reason="benchmark"))
 
     def replayer(self) -> Replayer:
-        from keel.worker.process.sandbox import sandbox_runner
-        from keel.workflows.session import AgentSession
-
-        return Replayer(
-            workflows=[AgentSession],
-            data_converter=DATA_CONVERTER,
-            workflow_runner=sandbox_runner(),
-        )
+        return keel_replayer()
 
 
 class FloorSystem(System):
@@ -951,11 +905,9 @@ class Bench:
             self.workdir / "parked",
             settle_s=self.options.settle_s,
         )
-        for note in result.notes:
-            self.report.note(note)
         for line in result.lines():
-            if line.startswith("# ") and line[2:] not in result.notes:
-                self.report.note(line[2:])
+            if line.startswith("# "):
+                self.report.note(line[2:])  # the run's notes, then each side's RSS readings
         floor = {f.name: f for f in result.floor.figures()}
         for mine in result.keel.figures():
             theirs = floor.get(mine.name)
