@@ -116,6 +116,8 @@ async def judge(
     enforced = _enforces_tests(criteria)
     early = before_asking(criteria, tool_input) if enforced else None
     if early is not None:
+        if interrupt.status != "pending":
+            return  # a person decided first
         action, reason = early
         settled = JudgeVerdict(
             action="deny" if action == "deny" else "escalate", reason=reason, confidence=1.0
