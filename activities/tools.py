@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
+from keel.activities.function_judges import judges_of
 from keel.workflows.contracts import RunsOn, ToolSpec
 from keel.workflows.tool_policies import policies_of
 
@@ -268,9 +269,9 @@ def load_tool_modules(names: Sequence[str]) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - any import failure is reported the same way
             raise _import_failed(entry, exc) from exc
         _check_not_shadowed(entry, module, folder)
-        if not _tools_of(module) and not policies_of(module):
+        if not _tools_of(module) and not policies_of(module) and not judges_of(module):
             raise ToolModuleError(
-                f"tool module {module!r} defines no @tool functions and no @tool_policy"
+                f"tool module {module!r} defines no @tool functions, no @tool_policy and no @judge"
             )
         loaded.append(module)
     return loaded

@@ -5,6 +5,7 @@ Everything a user needs is here, under one installed name::
     from keel import KeelClient, connect, RequestRejected         # talk to sessions
     from keel import KeelPlugin, run_agent, SessionConfig         # Keel in your Temporal app
     from keel import tool, ToolContext, tool_policy, Verdict      # tools and policies
+    from keel import judge, JudgeRequest, JudgeVerdict            # a judge in the gate
     from keel import Interrupt, Decision, Answer, TurnRecord       # what sessions hold
 
 The packages behind it (``keel.workflows``, ``keel.activities``, ``keel.worker``) are
@@ -43,10 +44,13 @@ _WHERE = {
     "ToolUse": "keel.workflows.messages",
     "text_block": "keel.workflows.messages",
     "InputRejected": "keel.workflows.boundary",
+    "JudgeRequest": "keel.workflows.activity_contracts",
+    "JudgeVerdict": "keel.workflows.activity_contracts",
     "Verdict": "keel.workflows.tool_policies",
     "tool_policy": "keel.workflows.tool_policies",
     # tools and storage
     "tool": "keel.activities.tools",
+    "judge": "keel.activities.function_judges",
     "ToolContext": "keel.activities.tools",
     "ConversationStore": "keel.activities.store",
     "open_store": "keel.activities.store",
@@ -79,6 +83,8 @@ __all__ = [
     "InputRejected",
     "Interrupt",
     "InterruptAck",
+    "JudgeRequest",
+    "JudgeVerdict",
     "KeelClient",
     "KeelPlugin",
     "KeelSchedules",
@@ -101,6 +107,7 @@ __all__ = [
     "TurnRecord",
     "Verdict",
     "connect",
+    "judge",
     "load_agent_file",
     "open_store",
     "run_agent",
@@ -125,6 +132,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from keel.activities.function_judges import judge
     from keel.activities.store import ConversationStore, open_store
     from keel.activities.tools import ToolContext, tool
     from keel.worker.client.agent_files import load_agent_file
@@ -142,6 +150,7 @@ if TYPE_CHECKING:
     from keel.worker.process.assembly import connect
     from keel.worker.process.plugin import KeelPlugin
     from keel.worker.settings import Settings
+    from keel.workflows.activity_contracts import JudgeRequest, JudgeVerdict
     from keel.workflows.agents import AgentResult, run_agent
     from keel.workflows.boundary import InputRejected
     from keel.workflows.contracts import (

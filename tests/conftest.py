@@ -22,7 +22,7 @@ from keel.activities.store import Keyring
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
 from tests.helpers.fixture_types import RunWorker, Script
-from tests.helpers.scripts import SAMPLE_TOOLS, write_script
+from tests.helpers.scripts import JUDGES, SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server
 
 
@@ -75,7 +75,8 @@ def run_worker(client: Client, task_queue: str, store: ConversationStore) -> Run
     @asynccontextmanager
     async def _run(**options: Any) -> AsyncIterator[Worker]:
         options.setdefault("max_cached_workflows", 0)  # every task replays: proves determinism
-        worker = build_worker(client, task_queue, [SAMPLE_TOOLS], store=store, **options)
+        modules = [SAMPLE_TOOLS, JUDGES]  # the test judges run only on a worker given them
+        worker = build_worker(client, task_queue, modules, store=store, **options)
         async with worker:
             yield worker
 

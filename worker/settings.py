@@ -32,6 +32,10 @@ DEFAULT_SHUTDOWN_GRACE_S = 30.0
 # (temporalio's default is 10 s; docs/guarantees.md, "Crashes").
 DEFAULT_STICKY_TIMEOUT_S = 1.0
 DEFAULT_SERVICE_NAME = "keel-worker"
+# How long a function judge may think; the most it may be given stays under the judge
+# activity's own start-to-close timeout (60 s), so a judge that hangs escalates with a reason.
+DEFAULT_JUDGE_TIMEOUT_S = 30.0
+MAX_JUDGE_TIMEOUT_S = 55.0
 # the longest deployment name or build id Temporal takes
 MAX_VERSION_PART = 255
 LOG_FORMATS = ("text", "json")
@@ -104,6 +108,9 @@ class Settings:
         ui_token, ui_key, ui_approver: ``KEEL_UI_TOKEN``, ``KEEL_UI_KEY``,
             ``KEEL_UI_APPROVER`` of ``keel ui``.
         temporal_cli: ``KEEL_TEMPORAL_CLI``, the ``temporal`` executable to embed.
+        judge_timeout_s: ``KEEL_JUDGE_TIMEOUT_S``, how long a function judge may think before
+            the call it judges goes to a person (default 30 s; at most 55 s, under the judge
+            activity's own timeout).
         environ: the environment these were read from, once: what MCP server configurations
             name (``KEEL_MCP_<NAME>_ENV`` / ``_HEADERS``) is read from it.
 
@@ -141,6 +148,7 @@ class Settings:
     ui_key: str | None = None
     ui_approver: str | None = None
     temporal_cli: str | None = None
+    judge_timeout_s: float = DEFAULT_JUDGE_TIMEOUT_S
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -191,6 +199,7 @@ class Settings:
             ui_key=env.get("KEEL_UI_KEY") or None,
             ui_approver=env.get("KEEL_UI_APPROVER") or None,
             temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
+            judge_timeout_s=_judge_timeout(env.get("KEEL_JUDGE_TIMEOUT_S")),
             environ=dict(env),
         )
 
@@ -518,3 +527,14 @@ def _pem(path: str | None, data: str | None, stem: str) -> bytes | None:
     if b"-----BEGIN " not in content:
         raise ConfigError(f"{origin}: not a PEM file (no -----BEGIN line)")
     return content
+
+
+def _judge_timeout(value: str | None) -> float:
+    """``KEEL_JUDGE_TIMEOUT_S`` as seconds, in (0, 55]; the default when unset or no number."""
+    try:
+        seconds = float(value) if value else DEFAULT_JUDGE_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_JUDGE_TIMEOUT_S
+    if not seconds > 0:
+        return DEFAULT_JUDGE_TIMEOUT_S
+    return min(seconds, MAX_JUDGE_TIMEOUT_S)

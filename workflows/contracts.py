@@ -174,10 +174,16 @@ class SessionConfig(KeelModel):
             the turn fails with the last error. Default ``DEFAULT_MODEL_RETRY_S``, 600 s;
             None: no bound. An answer retrying cannot fix (401, 404, an unknown model) fails
             the turn at once.
-        judge: a judge in the gate: ``module:function`` on the workers, given each gated call
-            with its criteria (``keel.workflows.judging``); a person decides what it does not.
+        judge: a judge in the gate: ``module:function``, a ``@judge`` function in a module
+            the workers were given, asked about each gated call with its criteria
+            (``keel.workflows.judging``); a person decides what it does not.
         judge_model: a model spec that judges instead of a function.
         judge_criteria: criteria by tool name; a tool without criteria always goes to a person.
+        judge_may_approve: False: the judge only denies or escalates. A sub-agent of a session
+            with ``approver_keys`` gets False (``keel.workflows.inheritance``) unless that
+            session sets ``sub_agent_judge_may_approve``.
+        sub_agent_judge_may_approve: with ``approver_keys``, let this session's sub-agents'
+            judge (its own, inherited) approve, not only deny or escalate.
         auto_upgrade: on versioned workers (``keel worker --deployment``), move to the
             deployment's current version at the next workflow task instead of staying pinned
             to the version the session started on; for changes that replay (``keel deploy
@@ -209,6 +215,8 @@ class SessionConfig(KeelModel):
     judge: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     judge_model: str | None = Field(default=None, min_length=1)
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
+    judge_may_approve: bool = True
+    sub_agent_judge_may_approve: bool = False
 
     @field_validator("notify")
     @classmethod
@@ -224,12 +232,18 @@ class JudgeCriteria(KeelModel):
         escalate_when: when a person must decide, whatever else holds.
         deny_when: when the call is denied (any one suffices).
         min_confidence: a verdict less sure than this goes to a person.
+        on_deny_match: what a call matching a ``deny_when`` written as a test gets without
+            the judge being asked: ``deny`` (default) or ``escalate`` (a person decides).
+
+    A criterion written as a test (``path startswith "/etc"``, as ``--always-when`` reads) is
+    enforced by the workflow itself; any other text is for the judge to weigh.
     """
 
     approve_when: list[str] = Field(default_factory=list)
     escalate_when: list[str] = Field(default_factory=list)
     deny_when: list[str] = Field(default_factory=list)
     min_confidence: float = Field(default=0.8, ge=0, le=1)
+    on_deny_match: Literal["deny", "escalate"] = "deny"
 
 
 class SubAgent(KeelModel):

@@ -11,14 +11,25 @@ decide: the child may narrow them, never widen them.
   refused. A parent without keys lets the child require its own (narrower).
 - ``approval_tools``: both lists; ``approval_timeout_s``: the shorter one.
 - ``policy``: the child's, with the parent's policies in ``policies`` (every one applies).
+- the judge rule: the parent's ``judge`` / ``judge_model`` and ``judge_criteria``. A child may
+  not add a judge its parent has none of, nor name another; criteria it gives add to its
+  parent's for the same tool (their lists joined, the higher ``min_confidence``, ``deny`` over
+  ``escalate``), and criteria for a tool its parent's judge has none for are refused. Under a
+  parent with ``approver_keys``, the child's judge only denies or escalates
+  (``judge_may_approve``) unless the parent sets ``sub_agent_judge_may_approve``.
+- standing approvals the parent hands down: only those granted by an approver the child
+  kept (and, when the child requires signatures, signed by that approver's key).
 
 Pure module: imported by workflow code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from keel.workflows.approvals import signer_fingerprint
 from keel.workflows.boundary import InputRejected
-from keel.workflows.contracts import SessionConfig
+from keel.workflows.contracts import JudgeCriteria, SessionConfig, StandingApproval
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:
@@ -45,7 +56,90 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
             "approval_tools": sorted({*parent.approval_tools, *child.approval_tools}),
             "approval_timeout_s": min(timeouts) if timeouts else None,
             "policies": [p for i, p in enumerate(policies) if p not in policies[:i]],
+            **_judge_rule(parent, child, name),
         }
+    )
+
+
+def inherited_standing(
+    child: SessionConfig, standing: Sequence[StandingApproval]
+) -> list[StandingApproval]:
+    """The parent's standing approvals a child runs on: those its own approvers granted.
+
+    Args:
+        child: the child's configuration, as ``child_config`` made it.
+        standing: the parent's standing approvals.
+    """
+    kept = []
+    for approval in standing:
+        who = approval.granted_by
+        if child.approvers and who not in child.approvers:
+            continue  # granted by an approver the child dropped
+        if child.approver_keys and (
+            approval.key_fingerprint is None
+            or approval.key_fingerprint != signer_fingerprint(child, who)
+        ):
+            continue  # the child requires signatures; this one was not signed by a kept key
+        kept.append(approval)
+    return kept
+
+
+def _judge_rule(parent: SessionConfig, child: SessionConfig, name: str) -> dict[str, object]:
+    """The child's judge settings: its parent's, narrowed by its own, never widened."""
+    if parent.judge is None and parent.judge_model is None:
+        if child.judge is not None or child.judge_model is not None:
+            field = "judge" if child.judge is not None else "judge_model"
+            added = child.judge or child.judge_model
+            raise InputRejected(
+                f"sub-agent {name!r} names {field} {added!r}, and its parent has no judge: "
+                "a sub-agent may not add one (its calls go to people, as its parent's do)"
+            )
+        return {}
+    for field, theirs, mine in (
+        ("judge", parent.judge, child.judge),
+        ("judge_model", parent.judge_model, child.judge_model),
+    ):
+        if mine is not None and mine != theirs:
+            raise InputRejected(
+                f"sub-agent {name!r} names {field} {mine!r}, not its parent's ({theirs!r}): "
+                "a sub-agent keeps its parent's judge"
+            )
+    criteria = dict(parent.judge_criteria)
+    for tool, own in child.judge_criteria.items():
+        base = parent.judge_criteria.get(tool)
+        if base is None:
+            raise InputRejected(
+                f"sub-agent {name!r} gives judge_criteria for tool {tool!r}, for which its "
+                "parent's judge has none: a sub-agent may narrow its parent's criteria, not "
+                "add a tool to them"
+            )
+        criteria[tool] = _narrowed(base, own)
+    may_approve = child.judge_may_approve and parent.judge_may_approve
+    if parent.approver_keys and not parent.sub_agent_judge_may_approve:
+        may_approve = False
+    return {
+        "judge": parent.judge,
+        "judge_model": parent.judge_model,
+        "judge_criteria": criteria,
+        "judge_may_approve": may_approve,
+        "sub_agent_judge_may_approve": (
+            child.sub_agent_judge_may_approve and parent.sub_agent_judge_may_approve
+        ),
+    }
+
+
+def _narrowed(base: JudgeCriteria, own: JudgeCriteria) -> JudgeCriteria:
+    """A parent's criteria for a tool with a child's added: never wider than the parent's."""
+
+    def joined(theirs: list[str], mine: list[str]) -> list[str]:
+        return [*theirs, *(c for c in mine if c not in theirs)]
+
+    return JudgeCriteria(
+        approve_when=joined(base.approve_when, own.approve_when),
+        escalate_when=joined(base.escalate_when, own.escalate_when),
+        deny_when=joined(base.deny_when, own.deny_when),
+        min_confidence=max(base.min_confidence, own.min_confidence),
+        on_deny_match="deny" if "deny" in (base.on_deny_match, own.on_deny_match) else "escalate",
     )
 
 

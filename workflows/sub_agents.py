@@ -5,9 +5,10 @@ name taking ``{"prompt": string}``. A call starts a child session (id ``<parent 
 <toolUseId>``, so a retried call finds the same child) that runs one turn and closes; its
 final text, or its structured output as JSON, is the tool result.
 
-The child runs with its parent's rules for who may decide, narrowed and never widened by
-its own (``keel.workflows.inheritance``), so a decision sent straight to the child is checked as
-the parent would check it. Its interrupts surface in the parent: the child signals
+The child runs with its parent's rules for who may decide and its judge rule, narrowed and
+never widened by its own (``keel.workflows.inheritance``), so a decision sent straight to the
+child is checked as the parent would check it; of the parent's standing approvals it gets
+only those granted by approvers it kept. Its interrupts surface in the parent: the child signals
 ``child_interrupts``, which the parent takes only as a hint (a signal has no sender anyone
 can check): it asks its child through the activity ``keel.session.child_report``, which
 answers only for a session that Temporal says this very run of the parent started, and
@@ -65,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from keel.workflows.cycle import text_of
-    from keel.workflows.inheritance import child_config
+    from keel.workflows.inheritance import child_config, inherited_standing
     from keel.workflows.ledger import Ledger, SessionInput
     from keel.workflows.messages import (
         ToolResult,
@@ -144,7 +145,11 @@ class SubAgents:
                     single_turn=True,
                     parent_session=parent,
                     ancestors=[parent, *self._ledger.ancestors] if asks else [],
-                    standing=list(self._ledger.standing.values()) if asks else [],
+                    standing=(
+                        inherited_standing(config, list(self._ledger.standing.values()))
+                        if asks
+                        else []
+                    ),
                 ),
                 id=child_id,
                 result_type=SessionResult,

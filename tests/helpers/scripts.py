@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 SAMPLE_TOOLS = "tests.sample_tools"
+JUDGES = "tests.judges"
 
 
 def tool_use(use_id: str, name: str, **inputs: Any) -> dict[str, Any]:

@@ -208,7 +208,9 @@ async def test_a_model_judge_that_answers_garbage_escalates(
 
 
 def test_a_model_judges_answer_is_read_strictly() -> None:
-    good = verdict_of('Here: {"action": "approve", "reason": "docs", "confidence": 0.9}')
+    good = verdict_of('{"action": "approve", "reason": "docs", "confidence": 0.9}')
     assert good.action == "approve" and good.confidence == 0.9
+    fenced = verdict_of('```json\n{"action": "deny", "reason": "no", "confidence": 1}\n```')
+    assert fenced.action == "deny"
     for bad in ("approve", '{"action": "yes"}', '{"action": "approve", "confidence": 7}', ""):
         assert verdict_of(bad).action == "escalate", bad

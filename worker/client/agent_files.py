@@ -4,7 +4,12 @@
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
     turn_token_budget, token_budget, model_retry_s, context_messages, output_schema, notify,
+    judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
     [agents.NAME] (+ description)
+
+A sub-agent's table is checked against its parent's as its session will be
+(``keel.workflows.inheritance``): a sub-agent that would add or change a judge, give criteria
+its parent's judge has none for, or widen who may decide is an error naming its key.
 
 A problem is an ``AgentFileError`` naming the file, the line and the key (``tomllib`` gives no
 line numbers for keys, so the key's line is found by scanning the file's text).
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
+from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import JudgeCriteria, SessionConfig, SubAgent, notify_urls
+from keel.workflows.inheritance import child_config
 from keel.workflows.structured import OUTPUT_TOOL
 
 # A sub-agent may have sub-agents of its own, down to this depth (the file's agent is 0).
@@ -32,6 +40,8 @@ MAX_AGENT_DEPTH = 2
 # The most an agent file, or a schema file it names, may take.
 MAX_FILE_BYTES = 1_000_000
 AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# The keys a sub-agent's refusal by ``child_config`` may name, most specific first.
+_RULE_KEYS = ("judge_criteria", "judge_model", "judge", "approver_keys", "approvers")
 
 
 class _AgentTable(BaseModel):
@@ -56,6 +66,7 @@ class _AgentTable(BaseModel):
     judge: str | None = None
     judge_model: str | None = Field(default=None, min_length=1)
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
+    sub_agent_judge_may_approve: bool = False
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
 
     @field_validator("notify")
@@ -148,6 +159,8 @@ class _Reader:
         model = table.model or model
         if model is None:
             raise self.fail(where + ("model",), "no model: set model here, or pass --model")
+        if table.judge is not None:
+            self.check_judge(table.judge, where + ("judge",))
         settings: dict[str, Any] = {
             "model": sendable_model_spec(model, cwd=self.path.parent),
             "system": table.system,
@@ -168,6 +181,7 @@ class _Reader:
                 else None
             ),
             "judge_criteria": table.judge_criteria,
+            "sub_agent_judge_may_approve": table.sub_agent_judge_may_approve,
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
         for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):
@@ -176,6 +190,32 @@ class _Reader:
         if table.output_schema is not None:
             settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))
         return SessionConfig(**settings)
+
+    def check_judge(self, judge: str, where: tuple[str, ...]) -> None:
+        """Refuse a judge that can never be one: not ``module:function``, or Python's own."""
+        module, colon, function = judge.partition(":")
+        if not colon or not module or not function:
+            raise self.fail(where, f"judge {judge!r} is not module:function")
+        if module.split(".")[0] in sys.stdlib_module_names:
+            raise self.fail(
+                where,
+                f"judge {judge!r} is in Python's standard library: a judge is a @judge "
+                "function in a module the worker is given (--tools)",
+            )
+
+    def inherit(
+        self, parent: SessionConfig, agents: dict[str, SubAgentFile], where: tuple[str, ...]
+    ) -> None:
+        """Check each sub-agent's table against its parent's, as its session will be."""
+        for name, sub in agents.items():
+            at = (*where, "agents", name)
+            try:
+                narrowed = child_config(parent, sub.config, name)
+            except InputRejected as err:
+                text = str(err)
+                key = next((k for k in _RULE_KEYS if k in text), None)
+                raise self.fail(at + ((key,) if key else ()), text) from err
+            self.inherit(narrowed, sub.agents, at)
 
     def agents(
         self, table: _AgentTable, where: tuple[str, ...], model: str | None, ancestors: list[str]
@@ -264,6 +304,7 @@ def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
     except ValidationError as err:  # a setting SessionConfig refuses
         raise AgentFileError(f"{file}: {err}") from err
     config = config.model_copy(update={"agents": sub_agents(agents)})
+    reader.inherit(config, agents, ())
     return AgentFile(path=file, config=config, agents=agents)
 
 

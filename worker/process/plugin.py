@@ -138,7 +138,7 @@ class KeelPlugin(SimplePlugin):
                 the reverse), or either not a name Temporal takes.
             McpConfigError: two MCP servers have the same name.
         """
-        load_tool_modules(list(tool_modules))
+        loaded = load_tool_modules(list(tool_modules))
         settings = settings if settings is not None else Settings.from_env()
         if deployment is not None or build_id is not None:
             settings = dataclasses.replace(
@@ -177,7 +177,7 @@ class KeelPlugin(SimplePlugin):
                 Notifications(settings.notify_secret).post,
                 child_report,
                 forward,
-                JudgeActivities(settings.environ).decide,
+                JudgeActivities(settings.environ, loaded, settings.judge_timeout_s).decide,
             ],
         )
 
