@@ -18,6 +18,7 @@ from keel.worker.signing import ApproverKey, generate_key
 from keel.workflows.signing import fingerprint
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
 from tests.workflows.test_session import update_events
 
 
@@ -194,3 +195,35 @@ async def test_answers_are_signed_too(
         assert answered.status == "answered"
         done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
     assert done.status == "completed"
+
+
+async def test_a_signed_session_is_recorded(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """A signed decision and a signed answer, recorded for the replay tests."""
+    k = keys(tmp_path, "alice")
+    alice = k["alice"][0]
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("g1", "guarded_record", path=str(target), value="r"), stop="tool_use"),
+            respond(tool_use("p1", "pick_account", query="rent"), stop="tool_use"),
+            respond(text("done")),
+        ],
+        approver_keys={"alice": k["alice"][1]},
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=config)
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        [approval] = record.interrupts
+        await keel.decide(session, approval.id, "approve", approver="alice", key=alice)
+        record = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        [question] = [i for i in record.interrupts if i.kind == "question"]
+        await keel.respond(session, question.id, "savings", responder="alice", key=alice)
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        await keel.close(session)
+        await keel.client.get_workflow_handle(session).result()
+        await save_history(keel.client, session, "signed_approvals")
+    assert done.status == "completed"
+    assert target.read_text().splitlines() == ["r"]
