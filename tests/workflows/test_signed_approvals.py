@@ -15,6 +15,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from keel import KeelClient, RequestRejected
 from keel.worker.signing import ApproverKey, generate_key
+from keel.workflows.contracts import Interrupt
 from keel.workflows.signing import fingerprint
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
@@ -35,8 +36,36 @@ def keys(tmp_path: Path, *names: str) -> dict[str, tuple[ApproverKey, str]]:
 
 
 def signed(
+    key: ApproverKey,
+    session: str,
+    interrupt: Interrupt,
+    decision: str,
+    reason: str | None,
+    approver: str,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A raw ``decide`` input, signed for ``interrupt`` as shown (the current message)."""
+    return {
+        "interrupt_id": interrupt.id,
+        "decision": decision,
+        "reason": reason,
+        "approver": approver,
+        "signature": key.sign_for(
+            interrupt,
+            namespace=namespace,
+            session_id=session,
+            kind="decide",
+            what=decision,
+            reason=reason,
+            approver=approver,
+        ),
+    }
+
+
+def signed_v1(
     key: ApproverKey, session: str, interrupt: str, decision: str, reason: str | None, approver: str
 ) -> dict[str, Any]:
+    """A raw ``decide`` input signed as before version 2 (no namespace, tool or input)."""
     return {
         "interrupt_id": interrupt,
         "decision": decision,
@@ -74,7 +103,7 @@ async def test_only_a_signature_by_the_named_key_decides(
             other, "go", config=script(steps, approver_keys={"alice": k["alice"][1]}), timeout_s=30
         )
         [interrupt] = first.interrupts
-        other_id = (await keel.pending(other)).interrupts[0].id
+        [other_interrupt] = (await keel.pending(other)).interrupts
         iid = interrupt.id
         handle = keel.client.get_workflow_handle(session)
 
@@ -89,13 +118,16 @@ async def test_only_a_signature_by_the_named_key_decides(
             await keel.decide(session, iid, "approve", key=alice)
 
         # raw updates: replayed onto another interrupt or session, tampered reason or decision
-        good_deny = signed(alice, session, iid, "deny", "too risky", "alice")
+        good_deny = signed(alice, session, interrupt, "deny", "too risky", "alice")
         forgeries = [
             {**good_deny, "reason": "fine by me"},  # tampered reason
             {**good_deny, "decision": "approve"},  # tampered decision
-            signed(alice, other, iid, "approve", None, "alice"),  # signed for another session
-            {**signed(alice, session, other_id, "approve", None, "alice"), "interrupt_id": iid},
-            {**signed(mallory, session, iid, "approve", None, "alice")},  # another key
+            signed(alice, other, interrupt, "approve", None, "alice"),  # for another session
+            {
+                **signed(alice, session, other_interrupt, "approve", None, "alice"),
+                "interrupt_id": iid,
+            },
+            {**signed(mallory, session, interrupt, "approve", None, "alice")},  # another key
             {**good_deny, "signature": "not base64!"},
             {**good_deny, "signature": None},
         ]
@@ -138,17 +170,20 @@ async def test_a_signed_decide_signal_counts_and_a_forged_one_is_ignored(
     session = sid()
     async with run_worker():
         first = await keel.run(session, "go", config=config, timeout_s=30)
-        iid = first.interrupts[0].id
+        [shown] = first.interrupts
+        iid = shown.id
         handle = keel.client.get_workflow_handle(session)
         await handle.signal(
-            "decide", signed(k["mallory"][0], session, iid, "approve", None, "alice")
+            "decide", signed(k["mallory"][0], session, shown, "approve", None, "alice")
         )
         await handle.signal(
             "decide", {"interrupt_id": iid, "decision": "approve", "approver": "alice"}
         )
         await asyncio.sleep(1.0)
         assert (await keel.turn(session, first.turn_id)).status == "awaiting_human"
-        await handle.signal("decide", signed(k["alice"][0], session, iid, "approve", None, "alice"))
+        await handle.signal(
+            "decide", signed(k["alice"][0], session, shown, "approve", None, "alice")
+        )
         done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
     assert done.status == "completed"
     assert target.read_text().splitlines() == ["s"]
@@ -184,7 +219,15 @@ async def test_answers_are_signed_too(
             "interrupt_id": qid,
             "value": "checking",  # signed "savings"
             "responder": "alice",
-            "signature": alice.sign(session, qid, "respond", "savings", None, "alice"),
+            "signature": alice.sign_for(
+                question,
+                namespace="default",
+                session_id=session,
+                kind="respond",
+                what="savings",
+                reason=None,
+                approver="alice",
+            ),
         }
         with pytest.raises(WorkflowUpdateFailedError, match="update"):
             await handle.execute_update("respond", tampered)
@@ -227,3 +270,81 @@ async def test_a_signed_session_is_recorded(
         await save_history(keel.client, session, "signed_approvals")
     assert done.status == "completed"
     assert target.read_text().splitlines() == ["r"]
+
+
+def two_writes(tmp_path: Path) -> tuple[Path, Path, list[Any]]:
+    """A model that writes two files in one message: two interrupts of the same tool."""
+    safe, secret = tmp_path / "docs.txt", tmp_path / "passwd"
+    steps = [
+        respond(
+            tool_use("w1", "guarded_record", path=str(safe), value="ok"),
+            tool_use("w2", "guarded_record", path=str(secret), value="root::0:0"),
+            stop="tool_use",
+        ),
+        respond(text("done")),
+    ]
+    return safe, secret, steps
+
+
+async def test_a_signature_binds_the_input_tool_and_namespace_shown(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """What a rogue server captures: alice signs the interrupt id it shows, over another call.
+
+    The old message covered session, interrupt, decision, reason and approver only: a
+    signature alice made for interrupt ``w2`` shown with a harmless input approved ``w2``'s
+    real input (a write to ``passwd``). Each capture below is refused by update and signal,
+    and nothing is recorded; then alice's own decisions, signed for what is shown, count.
+    """
+    k = keys(tmp_path, "alice")
+    alice = k["alice"][0]
+    safe, secret, steps = two_writes(tmp_path)
+    config = script(steps, approver_keys={"alice": k["alice"][1]})
+    session = sid()
+    async with run_worker():
+        first = await keel.run(session, "go", config=config, timeout_s=30)
+        by_use = {i.tool_use.toolUseId: i for i in first.interrupts}
+        harmless, target = by_use["w1"], by_use["w2"]
+        assert harmless.signing == target.signing == 2
+        handle = keel.client.get_workflow_handle(session)
+        # w2's id, shown with w1's input (same tool, another path)
+        other_input = target.model_copy(update={"tool_use": harmless.tool_use})
+        # w2's id and input, shown as another tool
+        other_tool = target.model_copy(
+            update={
+                "name": "guarded_note",
+                "tool_use": target.tool_use.model_copy(update={"name": "guarded_note"}),
+            }
+        )
+        captures = {
+            "old format": signed_v1(alice, session, target.id, "approve", None, "alice"),
+            "another input": signed(alice, session, other_input, "approve", None, "alice"),
+            "another tool": signed(alice, session, other_tool, "approve", None, "alice"),
+            "another namespace": signed(
+                alice, session, target, "approve", None, "alice", namespace="rogue"
+            ),
+            "upgraded to always": {
+                **signed(alice, session, target, "approve", None, "alice"),
+                "always": True,
+            },
+        }
+        for name, captured in captures.items():
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await handle.execute_update("decide", captured)
+            assert "does not verify" in str(caught.value.cause), name
+            await handle.signal("decide", captured)
+        await asyncio.sleep(1.0)
+        pending = await keel.pending(session)
+        assert {i.id for i in pending.interrupts} == {harmless.id, target.id}
+        assert not secret.exists()
+        history = await handle.fetch_history()
+        assert update_events(history) == ["ACCEPTED", "COMPLETED"]  # the prompt only
+        # the control: exactly what is shown, in this namespace, counts
+        await handle.execute_update(
+            "decide", signed(alice, session, harmless, "approve", None, "alice")
+        )
+        await keel.decide(session, target.id, "deny", reason="no", approver="alice", key=alice)
+        done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
+    assert done.status == "completed"
+    assert safe.read_text().splitlines() == ["ok"]
+    assert not secret.exists()
