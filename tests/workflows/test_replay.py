@@ -117,3 +117,18 @@ async def test_other_activity_timeouts_and_retries_still_replay() -> None:
         .replace('"maximumAttempts": 10', '"maximumAttempts": 8')
     )
     await _replayer(AgentSession).replay_workflow(WorkflowHistory.from_json("legacy", legacy))
+
+
+async def test_signed_histories_replay_as_their_session_and_namespace_only() -> None:
+    """A signed decision is checked again on replay: bound to its session, and since the
+    ``keel-signing-v2`` patch to its namespace; a history from before the patch has none."""
+    current, namespace = load_history(HISTORIES / "signed_approvals.json")
+    assert namespace == "default"
+    await _replayer(AgentSession, namespace).replay_workflow(current)
+    with pytest.raises(RuntimeError, match="does not verify"):
+        await _replayer(AgentSession, "elsewhere").replay_workflow(current)
+    before, _ = load_history(HISTORIES / "before-signing-v2" / "signed_approvals.json")
+    await _replayer(AgentSession, "elsewhere").replay_workflow(before)
+    renamed = WorkflowHistory("another-session", before.events)
+    with pytest.raises(RuntimeError, match="does not verify"):
+        await _replayer(AgentSession).replay_workflow(renamed)
