@@ -11,14 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
-from keel import KeelClient, RequestRejected
+from keel import ConversationStore, KeelClient, RequestRejected
+from keel.worker.process.assembly import build_worker
 from keel.worker.signing import ApproverKey, generate_key
 from keel.workflows.contracts import Interrupt
 from keel.workflows.signing import fingerprint
 from tests.helpers.fixture_types import RunWorker, Script
-from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import save_history
 from tests.workflows.test_session import update_events
 
@@ -229,9 +233,31 @@ async def test_answers_are_signed_too(
                 approver="alice",
             ),
         }
-        with pytest.raises(WorkflowUpdateFailedError, match="update"):
-            await handle.execute_update("respond", tampered)
-        await handle.signal("respond", tampered)
+
+        # the right answer, signed for the question shown with another input or name
+        def answer_for(shown: Interrupt) -> dict[str, Any]:
+            signature = alice.sign_for(
+                shown,
+                namespace="default",
+                session_id=session,
+                kind="respond",
+                what="savings",
+                reason=None,
+                approver="alice",
+            )
+            return {**tampered, "value": "savings", "signature": signature}
+
+        other_use = question.tool_use.model_copy(update={"input": {"query": "salary"}})
+        forged = [
+            tampered,
+            answer_for(question.model_copy(update={"tool_use": other_use})),
+            answer_for(question.model_copy(update={"name": "card"})),
+        ]
+        for answer in forged:
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await handle.execute_update("respond", answer)
+            assert "does not verify" in str(caught.value.cause)
+            await handle.signal("respond", answer)
         await asyncio.sleep(0.5)
         assert (await keel.turn(session, ack.turn_id)).status == "awaiting_human"
         answered = await keel.respond(session, qid, "savings", responder="alice", key=alice)
@@ -347,4 +373,61 @@ async def test_a_signature_binds_the_input_tool_and_namespace_shown(
         done = await keel.wait_turn(session, first.turn_id, timeout_s=30)
     assert done.status == "completed"
     assert safe.read_text().splitlines() == ["ok"]
+    assert not secret.exists()
+
+
+async def second_namespace(client: Client) -> Client:
+    """A client of a new namespace on the same dev server, once the server serves it."""
+    name = f"keel-other-{uuid.uuid4().hex[:6]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    other = Client(client.service_client, namespace=name, data_converter=client.data_converter)
+    for _ in range(100):  # a new namespace reaches the frontend's cache within seconds
+        try:
+            await other.count_workflows()
+            return other
+        except RPCError:
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"namespace {name} never became usable")
+
+
+async def test_a_signature_for_one_namespace_is_refused_in_another(
+    keel: KeelClient,
+    client: Client,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    task_queue: str,
+    tmp_path: Path,
+) -> None:
+    """The same session id in two namespaces of one server: what was signed in one (or for
+    it) does not count in the other; a client signs for its own namespace."""
+    k = keys(tmp_path, "alice")
+    alice = k["alice"][0]
+    safe, secret, steps = two_writes(tmp_path)
+    session = sid()
+    other_client = await second_namespace(client)
+    other = KeelClient(other_client, task_queue, store)
+    other_worker = build_worker(other_client, task_queue, [SAMPLE_TOOLS], store=store)
+    async with run_worker(), other_worker:
+        config = script(steps, approver_keys={"alice": k["alice"][1]})
+        here = await keel.run(session, "go", config=config, timeout_s=30)
+        there = await other.run(session, "go", config=config, timeout_s=30)
+        target = next(i for i in there.interrupts if i.tool_use.toolUseId == "w2")
+        handle = other_client.get_workflow_handle(session)
+        # signed for the default namespace, over exactly what the other one shows
+        for_default = signed(alice, session, target, "approve", None, "alice")
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await handle.execute_update("decide", for_default)
+        assert "does not verify" in str(caught.value.cause)
+        await handle.signal("decide", for_default)
+        await asyncio.sleep(0.5)
+        assert len((await other.pending(session)).interrupts) == 2
+        # KeelClient signs for its client's namespace
+        await other.decide(session, target.id, "deny", approver="alice", key=alice)
+        assert target.id not in {i.id for i in (await other.pending(session)).interrupts}
+        assert len((await keel.pending(session)).interrupts) == len(here.interrupts) == 2
     assert not secret.exists()
