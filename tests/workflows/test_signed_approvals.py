@@ -19,8 +19,9 @@ from temporalio.service import RPCError
 from keel import ConversationStore, KeelClient, RequestRejected
 from keel.worker.process.assembly import build_worker
 from keel.worker.signing import ApproverKey, generate_key
-from keel.workflows.contracts import Interrupt
+from keel.workflows.contracts import Condition, Decision, Interrupt
 from keel.workflows.signing import fingerprint
+from keel.workflows.standing import signed_value
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -342,6 +343,27 @@ async def test_a_signature_binds_the_input_tool_and_namespace_shown(
                 "tool_use": target.tool_use.model_copy(update={"name": "guarded_note"}),
             }
         )
+        # a standing approval signed for calls under docs/, sent with its test dropped
+        when = [Condition(field="path", op="startswith", value=str(safe.parent) + "/docs/")]
+        standing = Decision(
+            interrupt_id=target.id, decision="approve", always=True, always_when=when
+        )
+        narrow = {
+            "interrupt_id": target.id,
+            "decision": "approve",
+            "approver": "alice",
+            "always": True,
+            "always_when": [c.model_dump(mode="json") for c in when],
+            "signature": alice.sign_for(
+                target,
+                namespace="default",
+                session_id=session,
+                kind="decide",
+                what=signed_value(standing),
+                reason=None,
+                approver="alice",
+            ),
+        }
         captures = {
             "old format": signed_v1(alice, session, target.id, "approve", None, "alice"),
             "another input": signed(alice, session, other_input, "approve", None, "alice"),
@@ -353,6 +375,7 @@ async def test_a_signature_binds_the_input_tool_and_namespace_shown(
                 **signed(alice, session, target, "approve", None, "alice"),
                 "always": True,
             },
+            "tests widened": {**narrow, "always_when": []},
         }
         for name, captured in captures.items():
             with pytest.raises(WorkflowUpdateFailedError) as caught:
