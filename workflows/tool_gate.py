@@ -297,3 +297,4 @@ class ToolGate:
             ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
         self._show_details()
         await self._sub_agents.report_to_parent()
+
