@@ -2,6 +2,8 @@
 
 The workflow checks what is signed here (``keel.workflows.signing``). A private key is an Ed25519
 key in PKCS#8 PEM, written with mode 0600; its public half is shared as ``ed25519:<base64>``.
+A decision or answer is signed for the interrupt as the session shows it (``sign_for``): its
+tool, its input and the session's namespace, in the message version the interrupt names.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from keel.workflows.signing import PUBLIC_KEY_PREFIX, fingerprint, signed_message
+from keel.workflows.contracts import Interrupt
+from keel.workflows.signing import (
+    PUBLIC_KEY_PREFIX,
+    approval_message,
+    fingerprint,
+    signed_message,
+)
 
 # A PEM Ed25519 private key is about 120 bytes; no more than this is read of a key file.
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -94,6 +102,36 @@ class ApproverKey:
         """The public key's fingerprint, as ``keel show`` prints it."""
         return fingerprint(self.public_key)
 
+    def sign_message(self, message: bytes) -> str:
+        """The base64 Ed25519 signature of ``message``."""
+        return base64.b64encode(self.key.sign(message)).decode()
+
+    def sign_for(
+        self,
+        interrupt: Interrupt,
+        *,
+        namespace: str,
+        session_id: str,
+        kind: Literal["decide", "respond"],
+        what: Any,
+        reason: str | None,
+        approver: str | None,
+    ) -> str:
+        """The signature of a decision or answer for ``interrupt`` as the session shows it.
+
+        See ``keel.workflows.signing.approval_message``; ``namespace`` is the client's.
+        """
+        message = approval_message(
+            interrupt,
+            namespace=namespace,
+            session_id=session_id,
+            kind=kind,
+            what=what,
+            reason=reason,
+            approver=approver,
+        )
+        return self.sign_message(message)
+
     def sign(
         self,
         session_id: str,
@@ -103,6 +141,10 @@ class ApproverKey:
         reason: str | None,
         approver: str | None,
     ) -> str:
-        """The base64 signature of ``keel.workflows.signing.signed_message`` of these."""
-        message = signed_message(session_id, interrupt_id, kind, what, reason, approver)
-        return base64.b64encode(self.key.sign(message)).decode()
+        """A version-1 signature (``signed_message``): for interrupts opened before version 2.
+
+        A version-2 interrupt refuses it; ``sign_for`` signs what an interrupt asks for.
+        """
+        return self.sign_message(
+            signed_message(session_id, interrupt_id, kind, what, reason, approver)
+        )

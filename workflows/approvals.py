@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
-from keel.workflows.signing import BadSignature, fingerprint, signed_message, verify
+from keel.workflows.signing import BadSignature, approval_message, fingerprint, verify
 from keel.workflows.standing import signed_value
 
 
@@ -31,6 +31,7 @@ def check_decision(
     decision: Decision,
     config: SessionConfig,
     session_ids: Sequence[str] = ("",),
+    namespace: str = "",
 ) -> Interrupt:
     """The pending interrupt a decision names, or why the decision is refused.
 
@@ -40,6 +41,7 @@ def check_decision(
         config: the session's configuration (allowed approvers, their keys).
         session_ids: the session's id, then a sub-agent session's ancestors: a signature
             must be bound to one of them (a parent forwards what was signed for it).
+        namespace: the session's Temporal namespace, which a version-2 signature covers.
 
     Returns:
         The pending interrupt to decide.
@@ -55,13 +57,14 @@ def check_decision(
         raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
     _check_person(config, decision.approver, "decision")
     messages = [
-        signed_message(
-            session_id,
-            decision.interrupt_id,
-            "decide",
-            signed_value(decision),
-            decision.reason,
-            decision.approver,
+        approval_message(
+            interrupt,
+            namespace=namespace,
+            session_id=session_id,
+            kind="decide",
+            what=signed_value(decision),
+            reason=decision.reason,
+            approver=decision.approver,
         )
         for session_id in session_ids
     ]
@@ -74,8 +77,9 @@ def check_answer(
     answer: Answer,
     config: SessionConfig,
     session_ids: Sequence[str] = ("",),
+    namespace: str = "",
 ) -> Interrupt:
-    """The pending question an answer is for, or why the answer is refused.
+    """The pending question an answer is for, or why the answer is refused (as a decision).
 
     Raises:
         UnknownInterrupt: the id names no interrupt of this session.
@@ -88,8 +92,14 @@ def check_answer(
         raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
     _check_person(config, answer.responder, "answer")
     messages = [
-        signed_message(
-            session_id, answer.interrupt_id, "respond", answer.value, None, answer.responder
+        approval_message(
+            interrupt,
+            namespace=namespace,
+            session_id=session_id,
+            kind="respond",
+            what=answer.value,
+            reason=None,
+            approver=answer.responder,
         )
         for session_id in session_ids
     ]

@@ -308,6 +308,9 @@ class Interrupt(KeelModel):
             when the session requires signed approvals (``decided_by`` is that approver).
         note: for a sub-agent's interrupt shown in its parent, why the last decision or
             answer given here was refused by the sub-agent's session (it stays pending).
+        signing: the version of the message a signature of its decision or answer covers
+            (``keel.workflows.signing.approval_message``): 2 since the session's workflow
+            took the ``keel-signing-v2`` patch, 1 for an interrupt opened before.
     """
 
     id: str
@@ -323,6 +326,7 @@ class Interrupt(KeelModel):
     answer: Any = None
     key_fingerprint: str | None = None
     note: str | None = None
+    signing: Literal[1, 2] = 1
 
 
 ConditionOp = Literal["==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">="]
@@ -365,7 +369,7 @@ class Decision(KeelModel):
 
     A decision approves or denies; it cannot carry a tool input (unknown fields are
     rejected), so what runs is what the model produced. ``signature``: base64 Ed25519
-    signature of ``keel.workflows.signing.signed_message`` by the approver's key, required when
+    signature of ``keel.workflows.signing.approval_message`` by the approver's key, required when
     the session has ``approver_keys``. ``always``: an approval that also stands for the
     tool's later calls in this session (those whose input passes ``always_when``); signed,
     it is part of what the signature covers.

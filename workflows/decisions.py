@@ -3,8 +3,9 @@
 One path for both, as update (validated, answered) and as signal (fire-and-forget: an
 invalid one is logged and ignored). A decision or answer names a pending interrupt the
 session created and is checked by ``keel.workflows.approvals`` (approvers, signatures bound
-to this session or an ancestor); a sub-agent's interrupt shown here is handed to the
-sub-agent's session and counts once that session accepted it (``keel.workflows.sub_agents``).
+to this session or an ancestor, its namespace, and the tool and input shown); a sub-agent's
+interrupt shown here is handed to the sub-agent's session and counts once that session
+accepted it (``keel.workflows.sub_agents``).
 """
 
 from __future__ import annotations
@@ -54,14 +55,15 @@ class Decisions:
 
     def _pending_for(self, message: Message) -> Interrupt:
         """The pending interrupt ``message`` decides or answers, or why it is refused."""
-        signed_for = (workflow.info().workflow_id, *self._ledger.ancestors)
-        interrupts, config = self._ledger.interrupts, self._config
+        info = workflow.info()
+        signed_for = (info.workflow_id, *self._ledger.ancestors)
+        interrupts, config, namespace = self._ledger.interrupts, self._config, info.namespace
         if isinstance(message, Decision):
-            interrupt = check_decision(interrupts, message, config, signed_for)
+            interrupt = check_decision(interrupts, message, config, signed_for, namespace)
             tools = self._ledger.tools or []
             check_standing(message, next((t for t in tools if t.name == interrupt.name), None))
         else:
-            interrupt = check_answer(interrupts, message, config, signed_for)
+            interrupt = check_answer(interrupts, message, config, signed_for, namespace)
         if interrupt.id in self._sub_agents.handing_on:
             raise InputRejected(
                 f"interrupt {interrupt.id!r} is being decided in its sub-agent's session"

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.ledger import Ledger, PendingCycle
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
+    from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
     from keel.workflows.standing import matches
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
@@ -257,6 +258,8 @@ class ToolGate:
             reason=reason,
             turn=record.turn_id,
             expires_at=expires.isoformat() if expires else None,
+            # what a signature covers (the tool input too, since the patch): keel.workflows.signing
+            signing=SIGNING_V2 if workflow.patched(SIGNING_PATCH) else SIGNING_V1,
         )
         self._ledger.open_interrupt(record, interrupt)
         self._notifier.interrupt_opened(interrupt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -16,6 +17,17 @@ from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import find_temporal_cli, free_ports
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def load_history(path: Path) -> tuple[WorkflowHistory, str]:
+    """A recorded history, under the session id it ran as, and the namespace it ran in.
+
+    Histories recorded before these were kept replay as their file's name in ``default``.
+    """
+    recorded = json.loads(path.read_text())
+    identity = recorded.get("keel", {})
+    workflow_id = identity.get("workflowId", path.stem)
+    return WorkflowHistory.from_json(workflow_id, recorded), identity.get("namespace", "default")
 
 
 def free_port() -> int:
@@ -67,7 +79,13 @@ async def save_history(client: Client, session_id: str, name: str) -> None:
     HISTORIES.mkdir(exist_ok=True)
     for number, history in enumerate(await run_histories(client, session_id), start=1):
         suffix = "" if number == 1 else f"-run{number}"
-        (HISTORIES / f"{name}{suffix}.json").write_text(history.to_json())
+        # the session id and namespace, which a signed decision is bound to, so the replay
+        # runs under them (extra keys: WorkflowHistory.from_json ignores them)
+        recorded = {
+            **history.to_json_dict(),
+            "keel": {"workflowId": session_id, "namespace": client.namespace},
+        }
+        (HISTORIES / f"{name}{suffix}.json").write_text(json.dumps(recorded, indent=2))
 
 
 async def temporal_cli(env: WorkflowEnvironment, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from keel.workflows.contracts import SessionResult
 from keel.workflows.ledger import SessionInput
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import HISTORIES
+from tests.helpers.temporal import HISTORIES, load_history
 
 # tests/histories/*.json: recorded by the current code; tests/histories/<version>/: recorded by
 # earlier code, kept so that a change which would break running sessions fails here.
@@ -40,16 +40,23 @@ class ReorderedSession(AgentSession):
         return await super()._call_model(record, cycle)
 
 
-def _replayer(workflow_cls: type) -> Replayer:
+def _replayer(workflow_cls: type, namespace: str = "default") -> Replayer:
     return Replayer(
         workflows=[workflow_cls],
         data_converter=DATA_CONVERTER,
         workflow_runner=sandbox_runner(),
+        namespace=namespace,
     )
 
 
 def _load(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(path.stem, path.read_text())
+    return load_history(path)[0]
+
+
+async def _replay(workflow_cls: type, path: Path) -> None:
+    """Replay a recorded history as the session id, in the namespace, it ran as."""
+    history, namespace = load_history(path)
+    await _replayer(workflow_cls, namespace).replay_workflow(history)
 
 
 def test_histories_are_recorded() -> None:
@@ -61,7 +68,7 @@ IDS = [str(p.relative_to(HISTORIES).with_suffix("")) for p in RECORDED]
 
 @pytest.mark.parametrize("path", RECORDED, ids=IDS)
 async def test_recorded_history_replays(path: Path) -> None:
-    await _replayer(AgentSession).replay_workflow(_load(path))
+    await _replay(AgentSession, path)
 
 
 # The change below adds a timer before each model call: a run that made none (one that
@@ -76,7 +83,7 @@ WITH_MODEL_CALLS = [p for p in RECORDED if '"keel.model.converse"' in p.read_tex
 )
 async def test_incompatible_change_fails_replay(path: Path) -> None:
     with pytest.raises(NondeterminismError):
-        await _replayer(ReorderedSession).replay_workflow(_load(path))
+        await _replay(ReorderedSession, path)
 
 
 async def test_fresh_history_replays_and_catches_a_change(
@@ -110,3 +117,18 @@ async def test_other_activity_timeouts_and_retries_still_replay() -> None:
         .replace('"maximumAttempts": 10', '"maximumAttempts": 8')
     )
     await _replayer(AgentSession).replay_workflow(WorkflowHistory.from_json("legacy", legacy))
+
+
+async def test_signed_histories_replay_as_their_session_and_namespace_only() -> None:
+    """A signed decision is checked again on replay: bound to its session, and since the
+    ``keel-signing-v2`` patch to its namespace; a history from before the patch has none."""
+    current, namespace = load_history(HISTORIES / "signed_approvals.json")
+    assert namespace == "default"
+    await _replayer(AgentSession, namespace).replay_workflow(current)
+    with pytest.raises(RuntimeError, match="does not verify"):
+        await _replayer(AgentSession, "elsewhere").replay_workflow(current)
+    before, _ = load_history(HISTORIES / "before-signing-v2" / "signed_approvals.json")
+    await _replayer(AgentSession, "elsewhere").replay_workflow(before)
+    renamed = WorkflowHistory("another-session", before.events)
+    with pytest.raises(RuntimeError, match="does not verify"):
+        await _replayer(AgentSession).replay_workflow(renamed)

@@ -145,8 +145,8 @@ async def test_a_child_refuses_what_its_parent_would_and_takes_a_signed_approval
         forged = [
             {"interrupt_id": iid, "decision": "approve", "approver": "mallory"},
             {"interrupt_id": iid, "decision": "approve", "approver": "alice"},
-            signed(mallory, child, iid, "approve", None, "alice"),
-            signed(mallory, child, iid, "approve", None, "mallory"),
+            signed(mallory, child, mirror, "approve", None, "alice"),
+            signed(mallory, child, mirror, "approve", None, "mallory"),
         ]
         for decision in forged:
             raw = await temporal_cli(

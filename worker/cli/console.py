@@ -44,6 +44,7 @@ def interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
         "tool_use": interrupt.tool_use.model_dump(mode="json"),
         "name": interrupt.name,
         "reason": interrupt.reason,
+        "signing": interrupt.signing,
     }
 
 

@@ -355,10 +355,14 @@ class KeelClient:
             always=always,
             always_when=list(always_when),
         )
-        update.signature = _signature(
-            key, session_id, interrupt_id, "decide", signed_value(update), reason, approver
-        )
-        return await self._answer_interrupt(session_id, AgentSession.decide, update)
+        what = signed_value(update)
+
+        async def sign() -> None:
+            update.signature = await self._signature(
+                key, session_id, interrupt_id, "decide", what, reason, approver
+            )
+
+        return await self._answer_interrupt(session_id, AgentSession.decide, update, sign)
 
     async def policy(self, session_id: str) -> list[StandingApproval]:
         """The session's standing approvals: tools whose later calls run without asking."""
@@ -395,11 +399,14 @@ class KeelClient:
                 responder is not allowed, or the signature is missing or wrong; nothing was
                 written to the session's history.
         """
-        signed = _signature(key, session_id, interrupt_id, "respond", value, None, responder)
-        update = Answer(
-            interrupt_id=interrupt_id, value=value, responder=responder, signature=signed
-        )
-        return await self._answer_interrupt(session_id, AgentSession.respond, update)
+        update = Answer(interrupt_id=interrupt_id, value=value, responder=responder)
+
+        async def sign() -> None:
+            update.signature = await self._signature(
+                key, session_id, interrupt_id, "respond", value, None, responder
+            )
+
+        return await self._answer_interrupt(session_id, AgentSession.respond, update, sign)
 
     async def steer(self, session_id: str, text: str) -> SteerAck:
         """Add guidance that the running turn's next model call sees.
@@ -494,12 +501,51 @@ class KeelClient:
         session_id: str,
         update: UpdateMethodMultiParam[[AgentSession, P], InterruptAck],
         arg: P,
+        sign: Callable[[], Awaitable[None]],
     ) -> InterruptAck:
         """``decide`` and ``respond``: the update, sent again while its interrupt is not there yet.
 
-        See ``_SETTLE_DELAYS_S``.
+        ``sign`` signs ``arg`` before each try, for the interrupt as the session shows it
+        then. See ``_SETTLE_DELAYS_S``.
         """
-        return await _settling(lambda: self._update(session_id, update, arg))
+
+        async def send() -> InterruptAck:
+            await sign()
+            return await self._update(session_id, update, arg)
+
+        return await _settling(send)
+
+    async def _signature(
+        self,
+        key: ApproverKey | None,
+        session_id: str,
+        interrupt_id: str,
+        kind: Literal["decide", "respond"],
+        what: Any,
+        reason: str | None,
+        who: str | None,
+    ) -> str | None:
+        """The approver's signature for the interrupt as the session shows it; None without a key.
+
+        Signed over what the session shows now (its tool, input and signing version) and this
+        client's namespace. An interrupt the session does not show as pending gets no
+        signature: the session refuses the request for that reason (unknown, or decided).
+        """
+        if key is None:
+            return None
+        shown = await self.pending(session_id)
+        interrupt = next((i for i in shown.interrupts if i.id == interrupt_id), None)
+        if interrupt is None:
+            return None
+        return key.sign_for(
+            interrupt,
+            namespace=self.client.namespace,
+            session_id=session_id,
+            kind=kind,
+            what=what,
+            reason=reason,
+            approver=who,
+        )
 
     # What reads a session, without writing: the caller's and the reader's.
 
@@ -602,21 +648,6 @@ class KeelClient:
 # it before the result, so the interrupt is not there yet. Rejected updates write nothing, so
 # the same request is sent again, a few times, over about 1.5 s.
 _SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
-
-
-def _signature(
-    key: ApproverKey | None,
-    session_id: str,
-    interrupt_id: str,
-    kind: Literal["decide", "respond"],
-    what: Any,
-    reason: str | None,
-    who: str | None,
-) -> str | None:
-    """The approver's signature of a decision or an answer; None without a key."""
-    if key is None:
-        return None
-    return key.sign(session_id, interrupt_id, kind, what, reason, who)
 
 
 def _check_schemas(config: SessionConfig, where: str = "") -> None:

@@ -213,7 +213,7 @@ def test_approval_flow_exit_codes_and_payload(
     out = json.loads(waiting.stdout)
     assert out["status"] == "interrupted"
     [interrupt] = out["interrupts"]
-    assert set(interrupt) == {"id", "kind", "tool_use", "name", "reason"}
+    assert set(interrupt) == {"id", "kind", "tool_use", "name", "reason", "signing"}
     assert interrupt["kind"] == "approval" and interrupt["name"] == "guarded_record"
     assert interrupt["tool_use"] == {
         "toolUseId": "g1",
