@@ -311,7 +311,9 @@ class Interrupt(KeelModel):
     note: str | None = None
 
 
-ConditionOp = Literal["==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">="]
+ConditionOp = Literal[
+    "==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">=", "under"
+]
 
 
 class Condition(KeelModel):
