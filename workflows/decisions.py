@@ -162,9 +162,9 @@ class Decisions:
     def check_revoke(self, input: RevokeInput) -> None:
         """The ``revoke`` update validator."""
         expect(input, RevokeInput)
+        limits.check_revoke(input)
         if self._answers.given(RevokeAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
-        limits.check_revoke(input)
         if input.tool not in self._ledger.standing:
             standing = ", ".join(sorted(self._ledger.standing)) or "none"
             raise InputRejected(

@@ -7,9 +7,9 @@ session: every later request would fail. So every input is held to a limit here,
 the update's validator (refused, never written to history) and by the signal's handler
 (logged and ignored); ``KeelClient`` and the CLI check the same before they send.
 
-Sizes are UTF-8 bytes: of a string as it is, of any other value as compact JSON (the way a
-payload carries it; a control character takes six bytes there). The limits are chosen so that
-the largest accepted value in every field at once, at every count limit, still fits one
+Sizes are bytes as a payload carries them: compact JSON in UTF-8 (for a string, without its
+quotes; a control character takes six bytes there,, escaped). The limits are chosen so
+that the largest accepted value in every field at once, at every count limit, still fits one
 payload with room for the session's configuration and what the model wrote
 (``tests/workflows/test_limits.py`` builds that ledger and measures it):
 
@@ -95,15 +95,15 @@ UPDATE_MEMORY_BYTES = 128_000
 """Update ids a session remembers to answer a redelivery, and their answers (each kind)."""
 
 
-def text_bytes(text: str) -> int:
-    """A string's size in UTF-8."""
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
 def json_bytes(value: Any) -> int:
-    """A value's size as compact JSON (what a payload carries of it)."""
+    """A value's size as compact JSON in UTF-8 (what a payload carries of it)."""
     encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text_bytes(encoded)
+    return len(encoded.encode("utf-8", "surrogatepass"))
+
+
+def text_bytes(text: str) -> int:
+    """A string's size as a payload carries it: UTF-8, a control character escaped (6 bytes)."""
+    return json_bytes(text) - 2  # not its quotes
 
 
 def within(what: str, size: int, limit: int, unit: str = "bytes") -> None:
