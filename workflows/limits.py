@@ -8,7 +8,7 @@ the update's validator (refused, never written to history) and by the signal's h
 (logged and ignored); ``KeelClient`` and the CLI check the same before they send.
 
 Sizes are bytes as a payload carries them: compact JSON in UTF-8 (for a string, without its
-quotes; a control character takes six bytes there,, escaped). The limits are chosen so
+quotes; a control character takes six bytes there, escaped). The limits are chosen so
 that the largest accepted value in every field at once, at every count limit, still fits one
 payload with room for the session's configuration and what the model wrote
 (``tests/workflows/test_limits.py`` builds that ledger and measures it):
@@ -91,7 +91,7 @@ CLIENT_ERROR_BYTES = 4_000
 """The error a client reports for a client-side tool that failed (the model is told it)."""
 NOTE_CHARS = 1_000
 """What the ledger keeps of why an ended client call has no usable result."""
-UPDATE_MEMORY_BYTES = 128_000
+UPDATE_MEMORY_BYTES = 64_000
 """Update ids a session remembers to answer a redelivery, and their answers (each kind)."""
 
 
