@@ -13,22 +13,27 @@ that the largest accepted value in every field at once, at every count limit, st
 payload with room for the session's configuration and what the model wrote
 (``tests/workflows/test_limits.py`` builds that ledger and measures it):
 
-=============================  ====================================  ==============
-what the next run carries      worst case                             bytes (about)
-=============================  ====================================  ==============
-queued prompts                 ``QUEUED_PROMPT_BYTES``                256,000
-the running turn's prompt      ``PROMPT_BYTES`` (until stored)        256,000
-guidance not yet seen          2 x ``STEERING_QUEUED`` x ``STEER``    80,000
-standing approvals             ``STANDING_APPROVALS`` x tests         170,000
-closed interrupts (50)         reason or answer, two names            215,000
-turns (20) and their errors    cancel reasons                         45,000
-events (50)                    names only (no tests, no texts)        40,000
-remembered update answers      ``UPDATE_MEMORY_BYTES`` x 2            260,000
-=============================  ====================================  ==============
+==============================  ==========================================  =========
+what the next run carries       worst case                                  bytes
+==============================  ==========================================  =========
+prompts queued                  ``QUEUED_PROMPT_BYTES``                       256,056
+conversation not stored yet     the running prompt, guidance shown             296,673
+guidance waiting                ``STEERING_QUEUED`` x ``STEER_BYTES``           40,059
+standing approvals              ``STANDING_APPROVALS`` x 10 x ``TEST_BYTES``   178,717
+closed interrupts (50)          ``ANSWER_BYTES`` (or a reason), a name         234,419
+ended client calls (50)         a client name, the note kept, the key          134,869
+turns (20)                      a cancel reason each                            44,011
+events (50)                     names and ids (no tests, no texts)              22,619
+update ids and answers          ``UPDATE_MEMORY_BYTES`` twice                  123,628
+==============================  ==========================================  =========
 
-About 1.3 MB in all, against the 2 MB cap. A client's result (``CLIENT_RESULT_BYTES``) is not
-carried: a worker checks it before the session may continue-as-new, and the ledger then
-keeps only its digest.
+1,333,625 bytes in all with a small configuration: about 700 KB under the 2 MB cap for a
+larger configuration and what the model wrote. A client's result (``CLIENT_RESULT_BYTES``) is
+not carried: a worker checks it before the session may continue-as-new, and the ledger then
+keeps only its digest. A standing approval's tests are kept in the approval only (its event
+counts them) and dropped guidance is counted, not kept; a revoked approval is kept in the
+revoke's answer (within ``UPDATE_MEMORY_BYTES``), and an answer in its interrupt and in the
+cycle that waits for it (4,000 bytes per question the model's tool calls asked).
 
 Pure module: imported by workflow code.
 """
