@@ -86,7 +86,7 @@ PROMPT_BYTES = 256_000
 """One prompt's content blocks, as JSON (an image or a document counts as its base64)."""
 PROMPT_BLOCKS = 20
 """Content blocks of one prompt."""
-QUEUED_PROMPTS = 10
+QUEUED_PROMPTS = 100
 """Prompts waiting behind the running turn."""
 QUEUED_PROMPT_BYTES = 256_000
 """All prompts waiting behind the running turn, together."""

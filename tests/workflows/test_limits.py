@@ -178,6 +178,10 @@ def largest_ledger() -> Ledger:
         )
     for k in range(CARRIED_TURNS):
         ledger.turns[k + 1] = TurnRecord(turn_id=k + 1, status="cancelled", error=reason)
+    for k in range(limits.QUEUED_PROMPTS - 1):  # the other queued prompts: one character each
+        turn = CARRIED_TURNS + 2 + k
+        ledger.turns[turn] = TurnRecord(turn_id=turn)
+        ledger.queue.append(QueuedPrompt(turn_id=turn, content=[text_block("?")]))
     for k in range(CARRIED_EVENTS):
         detail = {"id": str(uuid.uuid4()), "status": "approved", "by": name, "key": "f" * 64}
         ledger.events.append(
