@@ -11,24 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from keel.workflows.limits import InputRejected, check_prompt_size
 from keel.workflows.messages import ContentBlock, Message, error_result
 
+__all__ = ["InputRejected", "normalise_history", "prompt_bytes", "validate_prompt"]
+
 PROMPT_BLOCK_KINDS = frozenset({"text", "image", "document"})
-# A prompt bigger than this is refused: it must fit one Temporal payload (2 MB) with room.
-MAX_PROMPT_BYTES = 1_000_000
+# The limit sessions started before ``keel.workflows.limits`` held their start prompt to.
+EARLIER_PROMPT_BYTES = 1_000_000
 NOT_EXECUTED = "tool was not executed: this tool use came from imported history"
 
 
-class InputRejected(ValueError):
-    """A prompt or imported history that Keel refuses, with the reason."""
-
-
-def validate_prompt(role: str, content: Sequence[ContentBlock]) -> None:
-    """Check that a prompt carries only user content.
+def validate_prompt(
+    role: str, content: Sequence[ContentBlock], *, earlier_limit: bool = False
+) -> None:
+    """Check that a prompt carries only user content, within the limits.
 
     Args:
         role: the role the sender claimed; only ``user`` is accepted.
         content: the prompt's content blocks.
+        earlier_limit: hold it to ``EARLIER_PROMPT_BYTES`` only (a session replaying a
+            start input from before ``keel.workflows.limits``), not to ``PROMPT_BYTES`` and
+            ``PROMPT_BLOCKS``.
 
     Raises:
         InputRejected: naming the first thing that is not allowed.
@@ -46,16 +50,19 @@ def validate_prompt(role: str, content: Sequence[ContentBlock]) -> None:
             )
         if kind == "text" and not (block.text or "").strip():
             raise InputRejected(f"prompt block {i} is empty text")
-    size = prompt_bytes(content)
-    if size > MAX_PROMPT_BYTES:
+    if not earlier_limit:
+        check_prompt_size(len(content), prompt_bytes(content))
+        return
+    size = sum(len(block.model_dump_json()) for block in content)
+    if size > EARLIER_PROMPT_BYTES:
         raise InputRejected(
-            f"prompt is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes"
+            f"prompt is {size:,} bytes, over the limit of {EARLIER_PROMPT_BYTES:,} bytes"
         )
 
 
 def prompt_bytes(content: Sequence[ContentBlock]) -> int:
-    """The size of a prompt's content as JSON."""
-    return sum(len(block.model_dump_json()) for block in content)
+    """The size of a prompt's content as JSON, in bytes (``limits.PROMPT_BYTES``)."""
+    return sum(len(block.model_dump_json().encode()) for block in content)
 
 
 def merge_roles(messages: Sequence[Message]) -> list[Message]:

@@ -59,10 +59,15 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.cycle import failure_text, stripped
     from keel.workflows.handlers import UpdateAnswers, expect
     from keel.workflows.ledger import Ledger, PendingCycle
+    from keel.workflows.limits import (
+        CLIENT_ERROR_BYTES,
+        CLIENT_RESULT_BYTES,
+        NAME_BYTES,
+        NOTE_CHARS,
+        text_bytes,
+        within,
+    )
     from keel.workflows.messages import ToolResult, ToolUse, error_result
-
-# A client's result travels in one update payload (Temporal takes at most 2 MB in one).
-CLIENT_RESULT_MAX_BYTES = 1_000_000
 
 
 class UnknownClientCall(InputRejected):
@@ -199,6 +204,8 @@ class ClientTools:
         elif result.status == "error":
             status = "invalid"
         note = None if status == "done" else "".join(c.text or "" for c in result.content)
+        if note is not None and len(note) > NOTE_CHARS:  # kept with up to 50 ended calls
+            note = note[:NOTE_CHARS] + " [...]"
         self._ledger.end_client_call(call, status, note)
         if response.digest is None:
             return result
@@ -230,6 +237,10 @@ class ClientTools:
                 f"{call.id!r} ({call.idempotency_key!r})"
             )
         digest = result_digest(result.output, result.error)
+        if result.client is not None:
+            within("client name", text_bytes(result.client), NAME_BYTES)
+        if result.error is not None:
+            within("a client's error", text_bytes(result.error), CLIENT_ERROR_BYTES)
         if call.status != "waiting":
             if digest == call.result_digest:
                 return  # delivered again: answered again, applied once
@@ -279,7 +290,7 @@ def result_digest(output: Any, error: str | None) -> str:
     """SHA-256 of a client's result: what tells a repeated delivery from another result.
 
     Raises:
-        InputRejected: the result is not JSON, or is over ``CLIENT_RESULT_MAX_BYTES``.
+        InputRejected: the result is not JSON, or is over ``CLIENT_RESULT_BYTES``.
     """
     try:
         encoded = json.dumps(
@@ -291,10 +302,10 @@ def result_digest(output: Any, error: str | None) -> str:
         ).encode()
     except (TypeError, ValueError) as err:
         raise InputRejected(f"a client's result must be JSON: {err}") from None
-    if len(encoded) > CLIENT_RESULT_MAX_BYTES:
+    if len(encoded) > CLIENT_RESULT_BYTES:
         raise InputRejected(
             f"a client's result is {len(encoded):,} bytes, over Keel's limit of "
-            f"{CLIENT_RESULT_MAX_BYTES:,} bytes for one result; return less, or a reference "
+            f"{CLIENT_RESULT_BYTES:,} bytes for one result; return less, or a reference "
             "to where the data is"
         )
     return hashlib.sha256(encoded).hexdigest()

@@ -329,7 +329,9 @@ class Interrupt(KeelModel):
     signing: Literal[1, 2] = 1
 
 
-ConditionOp = Literal["==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">="]
+ConditionOp = Literal[
+    "==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">=", "under"
+]
 
 
 class Condition(KeelModel):

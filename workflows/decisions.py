@@ -15,6 +15,7 @@ from collections import deque
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from keel.workflows import limits
     from keel.workflows.approvals import check_answer, check_decision, signer_fingerprint
     from keel.workflows.boundary import InputRejected
     from keel.workflows.contracts import (
@@ -30,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.handlers import UpdateAnswers, expect
     from keel.workflows.ledger import Ledger
-    from keel.workflows.standing import check_standing, matches
+    from keel.workflows.standing import check_standing, covers
     from keel.workflows.sub_agents import SubAgents
 
 # decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
@@ -75,7 +76,24 @@ class Decisions:
         expect(message, kind)
         if self._answers.given(InterruptAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
+        self._within_limits(message)
         self._pending_for(message)
+
+    def _within_limits(self, message: Message) -> None:
+        """Refuse a decision or answer over a size limit (``keel.workflows.limits``).
+
+        Only where it is checked, never in a handler: a history that accepted it before the
+        limits replays as it ran.
+        """
+        if isinstance(message, Decision):
+            limits.check_decision(message)
+            if message.always and message.decision == "approve":
+                interrupt = self._ledger.interrupts.get(message.interrupt_id)
+                tool = None if interrupt is None else interrupt.tool_use.name
+                standing = self._ledger.standing
+                limits.check_standing_count(len(standing), tool in standing)
+        else:
+            limits.check_answer(message)
 
     async def take(self, message: Message) -> InterruptAck:
         """The ``decide`` / ``respond`` update: decide, or hand on to a sub-agent's session.
@@ -96,6 +114,8 @@ class Decisions:
         """The ``decide`` / ``respond`` signal: the same checks; an invalid one is logged."""
         try:
             expect(message, kind)
+            if workflow.patched(limits.LIMITS_PATCH):  # signals from before count as sent
+                self._within_limits(message)
             interrupt = self._pending_for(message)
         except InputRejected as err:
             held = self._hold(message)
@@ -136,7 +156,7 @@ class Decisions:
                 waiting.kind == "approval"
                 and waiting.tool_use.name == approval.tool
                 and waiting.id not in self._ledger.mirrored
-                and matches(approval.when, waiting.tool_use.input)
+                and covers(approval.when, waiting.tool_use.input)
             ):
                 why = f"standing approval from interrupt {approval.interrupt_id}"
                 self._ledger.close_interrupt(waiting, "approved", approval.granted_by, why, key)
@@ -144,6 +164,7 @@ class Decisions:
     def check_revoke(self, input: RevokeInput) -> None:
         """The ``revoke`` update validator."""
         expect(input, RevokeInput)
+        limits.check_revoke(input)
         if self._answers.given(RevokeAck) is not None:
             return  # accepted before: answered again, whatever the session's state now
         if input.tool not in self._ledger.standing:

@@ -15,7 +15,7 @@ from typing import TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from keel.workflows.boundary import InputRejected, validate_prompt
+    from keel.workflows.boundary import InputRejected, prompt_bytes, validate_prompt
     from keel.workflows.contracts import (
         CancelAck,
         CancelInput,
@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         TurnRecord,
     )
     from keel.workflows.ledger import Ledger
+    from keel.workflows.limits import REASON_BYTES, check_queue, check_reason, check_steer
 
 Ack = TypeVar("Ack", bound=KeelModel)
 
@@ -120,6 +121,9 @@ class SessionRequests:
         if budget is not None and used >= budget:
             raise InputRejected(f"session used {used} tokens of its budget of {budget}")
         validate_prompt(input.role, input.content)
+        queue = self._ledger.queue
+        waiting = sum(prompt_bytes(q.content) for q in queue)
+        check_queue(len(queue), waiting, prompt_bytes(input.content))
 
     # ------------------------------------------------------------------ steer, cancel, close
 
@@ -146,6 +150,7 @@ class SessionRequests:
             raise InputRejected(f"turn {turn_id} is being cancelled")
         if not input.text.strip():
             raise InputRejected("steering text is empty")
+        check_steer(input, len(self._ledger.steering))
 
     def cancel(self, input: CancelInput) -> tuple[CancelAck, bool]:
         """Mark the running turn cancelled; the answer, and whether this is a first delivery."""
@@ -167,11 +172,13 @@ class SessionRequests:
             raise InputRejected("no turn is running in this session")
         if self._ledger.cancel_reason is not None:
             raise InputRejected(f"turn {turn_id} is already being cancelled")
+        check_reason(input)
 
     def close(self, input: CloseInput) -> None:
         """Close the session once the running and queued turns have finished."""
         reason = input.reason if isinstance(input, CloseInput) else "closed by user"
-        workflow.logger.info("session closing: %s", reason)
+        # only logged, never stored: a signal from before the limits must close as it did
+        workflow.logger.info("session closing: %s", reason[:REASON_BYTES])
         self._ledger.closing = True
 
     # ------------------------------------------------------------------ queries

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.cycle import failure_text
     from keel.workflows.ledger import Ledger
-    from keel.workflows.standing import matches, parse_conditions
+    from keel.workflows.standing import matches, may_match, parse_conditions
 
 JUDGE = "judge"
 # Criteria written as tests are enforced by the workflow (see the module's docstring).
@@ -78,7 +78,13 @@ def criteria_tests(texts: Sequence[str]) -> Tests:
 
 
 def _first_match(tests: Tests, tool_input: Any) -> str | None:
-    return next((text for text, conditions in tests if matches(conditions, tool_input)), None)
+    """The first ``deny_when`` / ``escalate_when`` test the call matches, or might.
+
+    A string with a ``..`` segment or a control character that a test does not name counts
+    as matching here (``/etc/../x`` may well be under ``/etc``), where ``approve_when`` reads
+    it as not matching: doubt goes to the stricter side both ways.
+    """
+    return next((text for text, conditions in tests if may_match(conditions, tool_input)), None)
 
 
 def before_asking(criteria: JudgeCriteria, tool_input: Any) -> tuple[str, str] | None:

@@ -41,6 +41,7 @@ from keel.workflows.contracts import (
     TurnRecord,
     TurnStatus,
 )
+from keel.workflows.limits import UPDATE_MEMORY_BYTES
 from keel.workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
 
 # How much of the past a run hands to the next beyond what it must.
@@ -309,7 +310,8 @@ class Ledger(KeelModel):
     def leave_turn(self) -> None:
         """The running turn is over: drop its cycle, and the guidance nobody saw."""
         if self.steering:
-            self.emit("steering_dropped", turn=self.current_turn, texts=self.steering)
+            # how many, not the texts: 50 events carried to the next run must stay small
+            self.emit("steering_dropped", turn=self.current_turn, count=len(self.steering))
             self.steering = []
         self.current_turn = None
         self.cycle = None
@@ -392,7 +394,7 @@ class Ledger(KeelModel):
             turn=approval.turn,
             tool=approval.tool,
             by=approval.granted_by,
-            when=[c.model_dump(mode="json") for c in approval.when],
+            tests=len(approval.when),  # the tests themselves are in ``standing``, once
         )
 
     def revoke(self, tool: str, by: str | None) -> StandingApproval:
@@ -508,9 +510,21 @@ class Ledger(KeelModel):
 
 
 def _keep_newest(kept: dict[str, Any]) -> None:
-    """Drop the oldest entries past ``UPDATE_IDS_KEPT``."""
+    """Drop the oldest entries past ``UPDATE_IDS_KEPT``, or past ``UPDATE_MEMORY_BYTES``.
+
+    A client picks its update ids (up to Temporal's 1,000 characters), and a ``revoke``'s
+    answer holds the approval it ended: the bytes are bounded too, the newest entry kept.
+    """
     while len(kept) > UPDATE_IDS_KEPT:
         del kept[next(iter(kept))]
+    size = sum(_entry_bytes(key, value) for key, value in kept.items())
+    while size > UPDATE_MEMORY_BYTES and len(kept) > 1:
+        oldest = next(iter(kept))
+        size -= _entry_bytes(oldest, kept.pop(oldest))
+
+
+def _entry_bytes(key: str, value: Any) -> int:
+    return len(key.encode()) + len(str(value).encode())
 
 
 class SessionInput(KeelModel):

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.decisions import Decisions
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
     from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
+    from keel.workflows.limits import LIMITS_PATCH
     from keel.workflows.messages import (
         ContentBlock,
         Message,
@@ -146,8 +147,10 @@ class AgentSession:
             self._init_error = f"imported history rejected: {err}"
             return Ledger()
         if input.prompt is not None:
+            # a start input from before the limits is held to the limit it was accepted under
+            earlier = not workflow.patched(LIMITS_PATCH)
             try:
-                validate_prompt("user", input.prompt)
+                validate_prompt("user", input.prompt, earlier_limit=earlier)
             except InputRejected as err:
                 self._init_error = f"start prompt rejected: {err}"
             else:

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
     from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
-    from keel.workflows.standing import matches
+    from keel.workflows.standing import covers
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
 
@@ -124,7 +124,7 @@ class ToolGate:
         approval = self._ledger.standing.get(use.name)
         if approval is None or spec.requires_approval == "always":
             return False
-        if not matches(approval.when, use.input):
+        if not covers(approval.when, use.input):
             return False
         self._ledger.emit(
             "standing_approval_used",

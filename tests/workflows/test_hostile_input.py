@@ -199,19 +199,19 @@ def prompt_block(block: dict[str, Any]) -> list[ContentBlock]:
 # ------------------------------------------------------------------ prompts (update `prompt`)
 
 
-@row("prompt-over-keel-limit", "over the limit of 1,000,000 bytes")
+@row("prompt-over-keel-limit", "over the limit of 256,000 bytes")
 async def _oversized_prompt(b: Bench) -> str:
     await b.ready(STILL_HERE)
     return await rejected(b.keel.prompt(b.session, "x" * 1_200_000))
 
 
-@row("prompt-over-payload-limit", "over the limit of 1,000,000 bytes")
+@row("prompt-over-payload-limit", "over the limit of 256,000 bytes")
 async def _prompt_over_payload(b: Bench) -> str:
     await b.ready(STILL_HERE)
     return await rejected(asyncio.wait_for(b.keel.prompt(b.session, "x" * 2_500_000), 5))
 
 
-@row("prompt-over-grpc-limit", "over the limit of 1,000,000 bytes")
+@row("prompt-over-grpc-limit", "over the limit of 256,000 bytes")
 async def _prompt_over_grpc(b: Bench) -> str:
     await b.ready(STILL_HERE)
     return await rejected(b.keel.prompt(b.session, "x" * 5_000_000))
@@ -350,7 +350,7 @@ async def _start_prompt_tool_use(b: Bench) -> str:
     return await b.start_raw(SessionInput(config=config, prompt=prompt_block(b.smuggled())))
 
 
-@row("start-prompt-over-limit", "over the limit of 1,000,000 bytes")
+@row("start-prompt-over-limit", "over the limit of 256,000 bytes")
 async def _start_prompt_oversized(b: Bench) -> str:
     config = b.script(STILL_HERE, STILL_HERE)
     handle = await b.client.start_workflow(

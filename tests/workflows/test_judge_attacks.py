@@ -237,3 +237,23 @@ def test_judge_marks_and_their_modules() -> None:
             assert target.partition(":")[2] in str(err) or target in str(err)
         else:
             raise AssertionError(f"{target} was found in {modules}")
+
+
+def test_doubt_goes_to_the_strict_side_of_each_criterion() -> None:
+    from keel.workflows.judging import before_asking
+
+    criteria = JudgeCriteria(
+        deny_when=[ETC], escalate_when=['path startswith "secrets/"'], approve_when=[]
+    )
+    # a path that a plain string test would not see under /etc, but may well be
+    assert before_asking(criteria, {"path": "docs/../../etc/passwd"}) == (
+        "deny",
+        f"deny_when holds: {ETC}",
+    )
+    assert before_asking(criteria, {"path": "docs/\u0000x"}) == ("deny", f"deny_when holds: {ETC}")
+    # clean inputs are read as plain tests
+    assert before_asking(criteria, {"path": "docs/a"}) is None
+    assert before_asking(criteria, {"path": "secrets/k"}) == (
+        "escalate",
+        'escalate_when holds: path startswith "secrets/"',
+    )

@@ -379,7 +379,7 @@ async def test_oversized_prompt_and_tool_result_are_refused_clearly(
     session = sid()
     async with run_worker():
         await keel.run(session, "hi", config=config, timeout_s=30)
-        with pytest.raises(RequestRejected, match="over the limit of 1,000,000 bytes"):
+        with pytest.raises(RequestRejected, match="over the limit of 256,000 bytes"):
             await keel.prompt(session, "x" * 1_100_000)
         record = await keel.run(session, "make something big", timeout_s=60)
         state = await keel.state(session)

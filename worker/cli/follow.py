@@ -95,7 +95,8 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
         case "steering_added":
             return f"{d.get('count')} guidance text(s) given to the model"
         case "steering_dropped":
-            return f"{len(d.get('texts') or [])} guidance text(s) dropped: the turn ended"
+            count = d.get("count", len(d.get("texts") or []))  # texts: events from before
+            return f"{count} guidance text(s) dropped: the turn ended"
         case "notification_sent":
             answer = f"HTTP {d.get('status')}, attempt {d.get('attempt')}"
             return f"{d.get('event')} to {d.get('to')}: {answer}"

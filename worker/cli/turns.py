@@ -210,6 +210,9 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
+    from keel.workflows.contracts import CancelInput
+
+    _within_limits(CancelInput(reason=args.reason))
     async with _acting(settings, args, writes=True) as access:
         since = await access.keel.event_count(args.session)
         ack = await access.keel.cancel(args.session, args.reason)
@@ -220,7 +223,20 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
+    from keel.workflows.contracts import Decision
+
     key = _approver_key(args)  # a bad key file fails before anything is sent
+    always = getattr(args, "always", False) or getattr(args, "always_when", None) is not None
+    when = _always_when(args)
+    decision = Decision(
+        interrupt_id=args.id,
+        decision=args.decision,
+        reason=args.reason,
+        approver=_approver(args),
+        always=always,
+        always_when=when,
+    )
+    _within_limits(decision)
     async with _acting(settings, args, writes=True) as access:
         since = await access.keel.event_count(args.session)
         ack = await access.keel.decide(
@@ -228,10 +244,10 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
             args.id,
             args.decision,
             reason=args.reason,
-            approver=_approver(args),
+            approver=decision.approver,
             key=key,
-            always=getattr(args, "always", False) or getattr(args, "always_when", None) is not None,
-            always_when=_always_when(args),
+            always=always,
+            always_when=when,
         )
         return await _finish_turn(
             access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
@@ -240,8 +256,11 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     """``keel respond``: answer a tool's question, then wait like ``keel run``."""
+    from keel.workflows.contracts import Answer
+
     value = parse_answer(args.value)
     key = _approver_key(args)
+    _within_limits(Answer(interrupt_id=args.id, value=value, responder=_approver(args)))
     async with _acting(settings, args, writes=True) as access:
         keel = access.keel
         since = await keel.event_count(args.session)
@@ -258,6 +277,9 @@ async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
     text = " ".join(args.text).strip()
     if not text:
         raise UsageError("the steering text is empty")
+    from keel.workflows.contracts import SteerInput
+
+    _within_limits(SteerInput(text=text))
     async with _acting(settings, args, writes=True) as access:
         ack = await access.keel.steer(args.session, text)
     print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
@@ -338,6 +360,21 @@ def _always_when(args: argparse.Namespace) -> list[Condition]:
         return parse_conditions(text)
     except ValueError as err:
         raise UsageError(f"--always-when: {err}") from None
+
+
+def _within_limits(value: object) -> None:
+    """Refuse, before anything is sent, a value the session would refuse for its size.
+
+    Raises:
+        UsageError: naming the field and its limit (``keel.workflows.limits``).
+    """
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.workflows.limits import InputRejected, check_input
+
+    try:
+        check_input(value)
+    except InputRejected as err:
+        raise UsageError(str(err)) from None
 
 
 def _approver_key(args: argparse.Namespace) -> ApproverKey | None:

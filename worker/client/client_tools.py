@@ -42,6 +42,7 @@ from keel.worker.client.calls import SessionCaller
 from keel.worker.client.errors import NoWorker, RequestRejected
 from keel.workflows.client_tools import UnknownClientCall
 from keel.workflows.contracts import ClientCall, ClientResult, ClientResultAck
+from keel.workflows.limits import CLIENT_ERROR_BYTES, InputRejected, check_client_result
 from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,10 @@ class ToolServer:
             error=error,
             client=client,
         )
+        try:  # refused before it is sent, as the session would refuse it
+            check_client_result(result)
+        except InputRejected as err:
+            raise RequestRejected(str(err), kind=InputRejected.__name__) from err
         update = update_id or idempotency_key
 
         async def send() -> ClientResultAck:
@@ -235,6 +240,9 @@ class ToolServer:
     ) -> ServedCall:
         """Run one call here and deliver its result; tell what became of it."""
         output, error = await run_here(entry, call, session_id)
+        if error is not None and len(error.encode()) > CLIENT_ERROR_BYTES:
+            cut = error.encode()[: CLIENT_ERROR_BYTES - 10].decode(errors="ignore")
+            error = f"{cut} [...]"  # the session takes no longer error
         for pause in (*_DELIVERY_RETRY_S, None):
             try:
                 ack = await self.deliver(

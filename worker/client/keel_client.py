@@ -63,6 +63,7 @@ from keel.workflows.contracts import (
     TurnRecord,
 )
 from keel.workflows.ledger import SessionInput
+from keel.workflows.limits import check_input
 from keel.workflows.messages import ContentBlock, Message, text_block
 from keel.workflows.session import AgentSession
 from keel.workflows.standing import signed_value
@@ -418,6 +419,7 @@ class KeelClient:
 
     async def close(self, session_id: str, reason: str = "closed by user") -> None:
         """Ask the session to finish its queued turns and end."""
+        _within_limits(CloseInput(reason=reason))
         await self.caller.call(
             session_id,
             self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
@@ -489,7 +491,12 @@ class KeelClient:
     async def _update(
         self, session_id: str, update: UpdateMethodMultiParam[[AgentSession, P], T], arg: P
     ) -> T:
-        """Send an update to the session and wait for a worker's answer."""
+        """Send an update to the session and wait for a worker's answer.
+
+        An input over a limit (``keel.workflows.limits``) is refused here, as the session
+        would refuse it, before it is sent.
+        """
+        _within_limits(arg)
         return await self.caller.ask(
             session_id,
             lambda: self.handle(session_id).execute_update(update, arg),
@@ -659,6 +666,14 @@ def _check_schemas(config: SessionConfig, where: str = "") -> None:
         raise RequestRejected(f"{where}{err}") from err
     for name, agent in config.agents.items():
         _check_schemas(agent.config, f"{where}sub-agent {name}: ")
+
+
+def _within_limits(value: object) -> None:
+    """Refuse an input over a limit before it is sent (``RequestRejected``, as the session)."""
+    try:
+        check_input(value)
+    except InputRejected as err:
+        raise RequestRejected(str(err), kind=InputRejected.__name__) from err
 
 
 async def _settling(send: Callable[[], Awaitable[T]]) -> T:

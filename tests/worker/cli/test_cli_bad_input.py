@@ -52,7 +52,7 @@ async def test_bad_input_exits_2_naming_it_and_starts_no_session(
         "huge.json": b"[" + b" " * (10 * 1024 * 1024) + b"]",
         "deep.json": b"[" * 100_000 + b"]" * 100_000,
         "big-history.json": json.dumps(
-            [message("user", "a" * 600_000), message("assistant", "b" * 600_000)]
+            [message("user", "a" * 700_000), message("assistant", "b" * 700_000)]
         ).encode(),
         "schema-binary.json": BINARY,
         "agent.toml": b'model = "scripted:x.json"\nsystem = "caf\xe9"\n',
@@ -61,7 +61,7 @@ async def test_bad_input_exits_2_naming_it_and_starts_no_session(
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     big_prompt = ["p" * 100_000] * 12  # 1.2 MB over 12 arguments (each under 128 KB)
-    half_prompt = ["p" * 100_000] * 4
+    half_prompt = ["p" * 100_000] * 2  # under the prompt's own limit (256,000 bytes)
     model = ["--model", "scripted:x.json"]
     cases: list[tuple[list[str], str]] = [
         ([NOT_UTF8], "the prompt argument is not valid UTF-8 text (byte b'\\xe9' at character 3)"),
