@@ -141,6 +141,7 @@ class ToolGate:
     ) -> ToolResult:
         """Run a tool; while it asks questions, wait for each answer and run it again."""
         answers = pending.answers.setdefault(use.toolUseId, {})
+        self._keep_last_answer(use, answers)
         while True:
             question = self._open_interrupt_of(use, "question")
             if question is None:  # nothing carried over from the previous run: run the tool
@@ -235,6 +236,20 @@ class ToolGate:
             if judging is not None and not judging.done():
                 judging.cancel()  # a person decided first (or the turn ended)
         return interrupt
+
+    def _keep_last_answer(self, use: ToolUse, answers: dict[str, Any]) -> None:
+        """Hold the tool's last answered question in ``answers``.
+
+        An answer arrives in a handler; the tool's own task copies it into the pending cycle
+        when it next runs. A run that continued-as-new in between (another call of the cycle
+        still waiting for a person) carried the answered question but not the copy: without
+        this, the tool would run without its answer and ask again.
+        """
+        for interrupt in reversed(self._ledger.interrupts.values()):
+            if interrupt.tool_use.toolUseId == use.toolUseId and interrupt.kind == "question":
+                if interrupt.status == "answered":
+                    answers[interrupt.name] = interrupt.answer
+                return
 
     def _open_interrupt_of(self, use: ToolUse, kind: str) -> Interrupt | None:
         """The latest interrupt of a kind for a tool use, unless already acted on."""

@@ -210,6 +210,46 @@ async def test_question_across_continue_as_new(
     assert result_texts(state.messages[6]) == [("p1", "success", "using carried")]
 
 
+async def test_an_answer_given_while_another_call_waits_survives_continue_as_new(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """A question answered while an approval of the same cycle still waits, in a full run.
+
+    The session continues-as-new before the asking tool runs again; the answer must go with it
+    (it used to be dropped: the tool ran without it and asked the same question again).
+    """
+    out, runs = tmp_path / "out.txt", tmp_path / "runs.txt"
+    config = script(
+        [
+            respond(
+                tool_use("a", "guarded_record", path=str(out), value="1"),
+                tool_use("q", "pick_account", query="acme", log=str(runs)),
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=config)
+        for _ in range(200):
+            pending = {i.kind: i for i in (await keel.pending(session)).interrupts}
+            if len(pending) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await keel.respond(session, pending["question"].id, "savings")
+        await asyncio.sleep(0.5)  # let the session act on the answer (and continue-as-new)
+        assert [i.kind for i in (await keel.pending(session)).interrupts] == ["approval"]
+        await keel.decide(session, pending["approval"].id, "approve")
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert done.status == "completed", [(i.kind, i.name) for i in done.interrupts]
+    assert state.run > 1
+    assert ("q", "success", "using savings") in result_texts(state.messages[2])
+    assert len(runs.read_text().splitlines()) == 2  # asked once, then ran with the answer
+
+
 @pytest.mark.parametrize(
     ("amount", "to", "expect"),
     [
