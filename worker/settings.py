@@ -104,6 +104,9 @@ class Settings:
         ui_token, ui_key, ui_approver: ``KEEL_UI_TOKEN``, ``KEEL_UI_KEY``,
             ``KEEL_UI_APPROVER`` of ``keel ui``.
         temporal_cli: ``KEEL_TEMPORAL_CLI``, the ``temporal`` executable to embed.
+        state_home: the user's state directory (``XDG_STATE_HOME``, else
+            ``~/.local/state``): ``keel/`` in it keeps the records commands trust (the
+            ``keel dev`` serving a folder, remembered tool files), out of any working folder.
         environ: the environment these were read from, once: what MCP server configurations
             name (``KEEL_MCP_<NAME>_ENV`` / ``_HEADERS``) is read from it.
 
@@ -141,6 +144,7 @@ class Settings:
     ui_key: str | None = None
     ui_approver: str | None = None
     temporal_cli: str | None = None
+    state_home: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -191,6 +195,7 @@ class Settings:
             ui_key=env.get("KEEL_UI_KEY") or None,
             ui_approver=env.get("KEEL_UI_APPROVER") or None,
             temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
+            state_home=_state_home(env),
             environ=dict(env),
         )
 
@@ -518,3 +523,16 @@ def _pem(path: str | None, data: str | None, stem: str) -> bytes | None:
     if b"-----BEGIN " not in content:
         raise ConfigError(f"{origin}: not a PEM file (no -----BEGIN line)")
     return content
+
+
+def _state_home(env: Mapping[str, str]) -> str:
+    """The user's state directory: ``XDG_STATE_HOME`` if absolute, else ``~/.local/state``.
+
+    A relative ``XDG_STATE_HOME`` is ignored, as the XDG spec says; ``~`` is ``HOME``, else
+    the account's home directory.
+    """
+    given = env.get("XDG_STATE_HOME") or ""
+    if os.path.isabs(given):
+        return given
+    home = env.get("HOME") or str(Path("~").expanduser())
+    return str(Path(home) / ".local" / "state")

@@ -51,8 +51,9 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front.
 
-    ``server.json`` in ``KEEL_HOME`` records it as shared while it runs: the commands run on
-    the same ``KEEL_HOME`` (in this folder) connect to it.
+    Its record, in the user's state directory (``keel.worker.server.dev_record``), says it is
+    shared while it runs: the commands run on the same ``KEEL_HOME`` (in this folder) connect
+    to it, once they have verified it.
     """
     from keel.worker.cli.run_inputs import mcp_servers, tool_modules
     from keel.worker.cli.ui import build_app, ui_source
@@ -75,6 +76,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         namespace=settings.namespace,
         shared=True,
         cli=settings.temporal_cli,
+        state_home=settings.state_home,
     ) as server:
         client, _ = await connect_configured(
             Settings(

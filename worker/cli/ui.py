@@ -69,17 +69,13 @@ def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
     To ``TEMPORAL_ADDRESS``, else to the ``keel dev`` serving this folder's ``KEEL_HOME``,
     else to the default address.
     """
-    import dataclasses
-
-    from keel.worker.server.connection import connect_configured
-    from keel.worker.server.devserver import read_record
+    from keel.worker.server.connection import connect_configured, dev_server
     from keel.worker.ui.source import KeelSource
 
     if client is not None:
         return KeelSource(_keel_of(client, settings), where=settings.address or "Temporal")
-    record = None if settings.address else read_record(settings.home)
-    if record is not None and record.shared:
-        settings = dataclasses.replace(settings, address=record.address)
+    if not settings.address:
+        settings = dev_server(settings) or settings
 
     async def connect() -> KeelClient:
         connected, _ = await connect_configured(settings)
