@@ -94,13 +94,13 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 mcp_servers=mcp or (),
                 settings=settings,
             )
-            page, _ = build_app(settings, ui_source(settings, client), None)
+            page = build_app(settings, ui_source(settings, client), None)
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     url = await stack.enter_async_context(
-                        ui_running(page, flags.UI_HOST, args.ui_port)
+                        ui_running(page.app, flags.UI_HOST, args.ui_port)
                     )
-                    page_at = f", Keel's approvals page at {url}"
+                    page_at = f", Keel's approvals page at {page.link(url)}"
                 except UiBindError as err:  # the page is a convenience: dev runs without it
                     print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
                     page_at = ""
