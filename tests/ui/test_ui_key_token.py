@@ -106,3 +106,24 @@ async def test_a_page_with_a_key_refuses_local_processes_without_its_token(
         url = line.split()[3]
         assert (await call(url, "/")).status == 401
         assert (await call(url, "/", headers={"Authorization": "Bearer " + "x" * 40})).status == 200
+
+
+def test_keel_dev_with_a_ui_key_and_no_token_makes_one_up(tmp_path: Path) -> None:
+    """``keel dev`` builds its page the same way: a key in KEEL_UI_KEY means a token."""
+    from keel import Settings
+    from keel.worker.cli.ui import build_app
+    from keel.worker.ui.source import KeelSource
+
+    async def never() -> KeelClient:
+        raise AssertionError("not connected in this test")
+
+    generate_key(tmp_path / "ana.key")
+    source = KeelSource(connect=never, where="127.0.0.1:1")
+    signing = build_app(Settings(None, ui_key=str(tmp_path / "ana.key")), source, None)
+    assert signing.login.startswith("?token=") and len(signing.login) > 40
+    assert signing.link("http://127.0.0.1:8234") == "http://127.0.0.1:8234/" + signing.login
+    again = build_app(Settings(None, ui_key=str(tmp_path / "ana.key")), source, None)
+    assert again.login != signing.login  # random per run
+    plain = build_app(Settings(None), source, None)
+    assert plain.login == "" and plain.link("http://x") == "http://x"
+    assert "this machine only" in plain.guard
