@@ -6,11 +6,13 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from keel.worker.server.database_record import UntrustedDatabase
 from keel.worker.server.dev_record import check_server, read_record, record_path
 from keel.worker.server.devserver import DevServer
 from keel.worker.server.records import read_private, records_dir, write_private
@@ -124,3 +126,31 @@ def test_a_remembered_file_never_hides_an_importable_module(
         assert tool_entries(home, ["other_x2"], state) == ["other_x2"]
     said = [m for m in caplog.messages if "tool_files.json" in m]
     assert len(said) == 1 and "never trusted" in said[0], caplog.messages
+
+
+async def test_a_database_keel_did_not_make_here_is_refused_until_adopted(tmp_path: Path) -> None:
+    state, mine, copy = tmp_path / "state", tmp_path / "a" / ".keel", tmp_path / "b" / ".keel"
+    async with DevServer(mine, ui=False, state_home=state):
+        pass
+    async with DevServer(mine, ui=False, state_home=state):
+        pass  # made here: accepted again
+    copy.parent.mkdir()
+    shutil.copytree(mine, copy)
+    with pytest.raises(UntrustedDatabase, match="was not made by Keel for this folder"):
+        await DevServer(copy, ui=False, state_home=state).start()
+    # a file put in place of the recorded one is another file
+    (mine / "temporal.db").rename(mine / "old.db")
+    shutil.copy(copy / "temporal.db", mine / "temporal.db")
+    with pytest.raises(UntrustedDatabase):
+        await DevServer(mine, ui=False, state_home=state).start()
+    # a link to the recorded file is not the file
+    (mine / "temporal.db").unlink()
+    (mine / "temporal.db").symlink_to(mine / "old.db")
+    with pytest.raises(UntrustedDatabase):
+        await DevServer(mine, ui=False, state_home=state).start()
+    # the person says it is theirs: adopted once, accepted from then on
+    async with DevServer(copy, ui=False, state_home=state, adopt_database=True):
+        pass
+    async with DevServer(copy, ui=False, state_home=state):
+        pass
+    assert not (copy / "database.json").exists()  # the record is not in the folder

@@ -77,6 +77,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         shared=True,
         cli=settings.temporal_cli,
         state_home=settings.state_home,
+        adopt_database=args.adopt_database,
     ) as server:
         client, _ = await connect_configured(
             Settings(
@@ -175,5 +176,11 @@ def add_parser(sub: flags.Subparsers) -> None:
         type=flags.port,
         metavar="PORT",
         help="port of Temporal's web UI (default: --port + 1000, 8233, when free, else a free one)",
+    )
+    dev.add_argument(
+        "--adopt-database",
+        action="store_true",
+        help="start on a temporal.db Keel did not make here (copied, or from an older Keel) "
+        "and accept it from now on; see docs/security.md",
     )
     dev.set_defaults(handler=cmd_dev)

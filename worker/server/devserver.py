@@ -30,6 +30,7 @@ from typing import IO, Self
 import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 
+from keel.worker.server.database_record import check_database, remember_database
 from keel.worker.server.dev_record import alive, record_path, serves_pid
 from keel.worker.server.records import read_private, remove, write_private
 
@@ -196,6 +197,7 @@ class DevServer:
         dynamic_config: Sequence[str] = (),
         shared: bool = False,
         state_home: str | os.PathLike[str] | None = None,
+        adopt_database: bool = False,
     ) -> None:
         """Configure the server; nothing is started until :meth:`start`.
 
@@ -218,6 +220,10 @@ class DevServer:
                 (``keel dev``): its record says so, and they connect to it.
             state_home: the user's state directory, where the record of the server is kept
                 (``keel.worker.server.records``); default ``Settings.state_home``.
+            adopt_database: start on an existing ``temporal.db`` that Keel did not record
+                as made for this data directory (copied, or made by an older Keel), and
+                record it; else such a database is refused
+                (``keel.worker.server.database_record``).
         """
         self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
         self.namespace = namespace
@@ -229,6 +235,7 @@ class DevServer:
         self.dynamic_config = tuple(dynamic_config)
         self.shared = shared
         self.state_home = state_home
+        self.adopt_database = adopt_database
         self._cli = cli
         missing = (port is None) + (ui and ui_port is None)
         chosen = iter(free_ports(missing))
@@ -279,6 +286,15 @@ class DevServer:
             "shared": shared,
         }
         write_private(self.lock_path, self.data_dir, record)
+
+    def _remember_database(self) -> None:
+        """Record the database as this data directory's, for the next start to accept it."""
+        try:
+            remember_database(self.db_path, self.data_dir, self.state_home)
+        except OSError as err:
+            logger.warning(
+                "cannot record %s as Keel's (%s): the next start will refuse it", self.db_path, err
+            )
 
     def _record(self, *, shared: bool) -> None:
         """Write the record; without one the server still runs, unseen by other commands."""
@@ -346,6 +362,8 @@ class DevServer:
         Raises:
             DevServerError: No CLI was found, the port is taken, the process exited, or the
                 server did not become ready within ``startup_timeout_s``.
+            UntrustedDatabase: ``temporal.db`` is there, but Keel did not make it for this
+                data directory (and ``adopt_database`` is False).
         """
         if self._process is not None:
             raise DevServerError(f"dev server already started at {self.address}")
@@ -355,6 +373,8 @@ class DevServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # first: a server of ours whose keel process died (SIGKILL) may still hold the port
         await self._reap_orphan()
+        if not (self.in_memory or self.adopt_database):
+            check_database(self.db_path, self.data_dir, self.state_home)
         if not port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
         if self.ui_port is not None and not port_free(self.ui_port):
@@ -384,6 +404,8 @@ class DevServer:
             await self._wait_ready(log_offset)
             if self.shared:
                 self._record(shared=True)
+            if not self.in_memory:
+                self._remember_database()
         except BaseException:
             await self.stop()
             raise

@@ -10,21 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from keel.worker.server.dev_record import record_path
+from keel.worker.server.dev_record import alive, record_path
 from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
 from keel.worker.server.records import write_private
 from tests.helpers.cli import keel, keel_env
-from tests.helpers.scripts import respond, text, write_script
+from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
+from tests.helpers.temporal import free_port
 
 INSTALLED = "keel.activities.examples.workspace"
 
@@ -197,3 +201,75 @@ def on_a_terminal(args: list[str], env: dict[str, str], cwd: Path) -> bytes:
         os.close(leader)
     assert done.returncode == 0, said
     return said
+
+
+def planted_database(root: Path, marker: Path) -> Path:
+    """An attacker's ``.keel``: a session stopped inside a tool call, whose next call writes
+    ``marker``; made the way anyone can, by killing ``keel run`` mid-turn."""
+    source = root / "attacker"
+    source.mkdir()
+    model = write_script(
+        root / "planted.json",
+        [
+            respond(tool_use("s", "slow", seconds=8.0, label="x"), stop="tool_use"),
+            respond(tool_use("r", "record", path=str(marker), value="ran"), stop="tool_use"),
+            respond(text("done")),
+        ],
+    )
+    state = root / "attacker-state"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel.worker.cli", "run", "--progress", "--session", "planted"]
+        + ["--model", model, "--tools", SAMPLE_TOOLS, "go"],
+        env=keel_env(XDG_STATE_HOME=str(state)),
+        cwd=source,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 90
+    while "tool slow started" not in proc.stderr.readline():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    server = json.loads(record_path(source / ".keel", state).read_text())["server_pid"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    os.kill(server, signal.SIGTERM)  # the orphaned Temporal: the copy must be consistent
+    while alive(server):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert not marker.exists()
+    return source / ".keel"
+
+
+@pytest.mark.skipif(default_address_taken(), reason=f"something listens on {DEFAULT_ADDRESS}")
+def test_a_cloned_folder_cannot_ship_a_database_whose_sessions_run_tools(tmp_path: Path) -> None:
+    marker = tmp_path / "planted-call-ran"
+    shipped = planted_database(tmp_path, marker)
+    folder = tmp_path / "clone"
+    shutil.copytree(shipped, folder / ".keel")
+    env = keel_env(XDG_STATE_HOME=str(tmp_path / "state"))
+
+    model = write_script(tmp_path / "mine.json", [respond(text("hi"))])
+    run = keel(
+        "run", "--session", "mine", "--model", model, "--tools", SAMPLE_TOOLS, "hello",
+        env=env, cwd=folder, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    [line] = run.stderr.splitlines()
+    assert "temporal.db was not made by Keel for this folder on this machine" in line
+    assert "keel dev --adopt-database" in line
+
+    port, page, web_ui = free_port(), free_port(), free_port()
+    dev = subprocess.run(
+        [sys.executable, "-m", "keel.worker.cli", "dev", "--tools", SAMPLE_TOOLS]
+        + ["--port", str(port), "--ui-port", str(page), "--temporal-ui-port", str(web_ui)],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dev.returncode == 2, dev.stderr
+    assert "was not made by Keel for this folder" in dev.stderr
+    time.sleep(10)  # longer than the planted tool call would take
+    assert not marker.exists(), "a planted session ran a tool"
