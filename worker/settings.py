@@ -111,6 +111,9 @@ class Settings:
         judge_timeout_s: ``KEEL_JUDGE_TIMEOUT_S``, how long a function judge may think before
             the call it judges goes to a person (default 30 s; at most 55 s, under the judge
             activity's own timeout).
+        state_home: the user's state directory (``XDG_STATE_HOME``, else
+            ``~/.local/state``): ``keel/`` in it keeps the records commands trust (the
+            ``keel dev`` serving a folder, remembered tool files), out of any working folder.
         environ: the environment these were read from, once: what MCP server configurations
             name (``KEEL_MCP_<NAME>_ENV`` / ``_HEADERS``) is read from it.
 
@@ -149,6 +152,7 @@ class Settings:
     ui_approver: str | None = None
     temporal_cli: str | None = None
     judge_timeout_s: float = DEFAULT_JUDGE_TIMEOUT_S
+    state_home: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -200,6 +204,7 @@ class Settings:
             ui_approver=env.get("KEEL_UI_APPROVER") or None,
             temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
             judge_timeout_s=_judge_timeout(env.get("KEEL_JUDGE_TIMEOUT_S")),
+            state_home=_state_home(env),
             environ=dict(env),
         )
 
@@ -538,3 +543,16 @@ def _judge_timeout(value: str | None) -> float:
     if not seconds > 0:
         return DEFAULT_JUDGE_TIMEOUT_S
     return min(seconds, MAX_JUDGE_TIMEOUT_S)
+
+
+def _state_home(env: Mapping[str, str]) -> str:
+    """The user's state directory: ``XDG_STATE_HOME`` if absolute, else ``~/.local/state``.
+
+    A relative ``XDG_STATE_HOME`` is ignored, as the XDG spec says; ``~`` is ``HOME``, else
+    the account's home directory.
+    """
+    given = env.get("XDG_STATE_HOME") or ""
+    if os.path.isabs(given):
+        return given
+    home = env.get("HOME") or str(Path("~").expanduser())
+    return str(Path(home) / ".local" / "state")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import DevServer, DevServerError
+from keel.worker.server.records import write_private
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 
@@ -76,7 +78,7 @@ def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
     time.sleep(1.0)  # let the quick record tool report its completion; slow is still running
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
-    orphan = json.loads((home / "server.json").read_text())["server_pid"]
+    orphan = json.loads(record_path(home).read_text())["server_pid"]
     assert orphan in processes_mentioning(str(home))  # the server outlived its owner
 
     second = keel("run", "--json", "--session", "crashy", "next", env=env, timeout=120)
@@ -111,14 +113,15 @@ def fake_process() -> list[subprocess.Popen[bytes]]:
 
 async def test_a_live_owner_keeps_the_data_dir(tmp_path: Path, fake_process: list) -> None:
     owner = subprocess.Popen(["sleep", "30"])
-    # a stand-in whose command line looks like `temporal server start-dev`
+    # a stand-in whose command line looks like `temporal server start-dev` on this folder
+    database = str(tmp_path.resolve() / "temporal.db")
     server = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)", "server", "start-dev"]
+        + ["--db-filename", database]
     )
     fake_process += [owner, server]
-    (tmp_path / "server.json").write_text(
-        json.dumps({"server_pid": server.pid, "owner_pid": owner.pid, "address": "127.0.0.1:1"})
-    )
+    record = {"server_pid": server.pid, "owner_pid": owner.pid, "address": "127.0.0.1:1"}
+    write_private(record_path(tmp_path), tmp_path, record)
     with pytest.raises(DevServerError, match=f"in use by keel process {owner.pid}"):
         await DevServer(tmp_path, ui=False).start()
     assert server.poll() is None
@@ -128,4 +131,4 @@ async def test_a_live_owner_keeps_the_data_dir(tmp_path: Path, fake_process: lis
     async with DevServer(tmp_path, ui=False) as dev:
         assert server.wait(timeout=15) is not None  # the orphan was stopped
         assert json.loads(dev.lock_path.read_text())["owner_pid"] == os.getpid()
-    assert not (tmp_path / "server.json").exists()
+    assert not record_path(tmp_path).exists()

@@ -64,6 +64,7 @@ def _failures() -> tuple[Failures, Failures]:
     from keel.worker.cli.run_inputs import UsageError
     from keel.worker.client.errors import RequestRejected, ScheduleNotFound, SessionNotFound
     from keel.worker.server.connection import NoServerFound, TemporalUnreachable
+    from keel.worker.server.database_record import UntrustedDatabase
     from keel.worker.server.devserver import DevServerError
     from keel.worker.settings import ConfigError
     from keel.worker.signing import ApproverKeyError
@@ -81,6 +82,7 @@ def _failures() -> tuple[Failures, Failures]:
         McpServerError,
         ApproverKeyError,
         UiBindError,
+        UntrustedDatabase,
     )
     return invalid, (TemporalUnreachable, DevServerError, StoreError, EncryptionKeyError)
 

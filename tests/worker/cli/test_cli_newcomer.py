@@ -10,6 +10,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from keel.worker.server.dev_record import record_path
+from keel.worker.settings import Settings
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
@@ -56,7 +58,8 @@ def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> No
     )
     try:
         deadline = time.monotonic() + 60
-        while not (home / "server.json").exists():
+        record = record_path(home, Settings.from_env(env).state_home)
+        while not record.exists() or '"shared": true' not in record.read_text():
             assert dev.poll() is None, dev.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.2)
@@ -77,4 +80,4 @@ def test_keel_dev_serves_other_terminals_and_stops_cleanly(tmp_path: Path) -> No
     assert dev.returncode == 0, err
     assert f"127.0.0.1:{port}" in out
     assert f"Keel's approvals page at http://127.0.0.1:{ui_port}" in out
-    assert not (home / "server.json").exists()  # the server was stopped, its lock removed
+    assert not record.exists()  # the server was stopped, its lock removed

@@ -28,7 +28,10 @@ import pytest
 
 import keel as keel_package
 from keel.worker.cli.main import _log_format
+from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import find_temporal_cli, free_ports
+from keel.worker.server.tool_files import tool_files_path
+from keel.worker.settings import Settings
 from tests.helpers.cli import ROOT
 
 MYTOOLS = '''
@@ -128,7 +131,9 @@ def keel_dev(folder: Path, env: dict[str, str]) -> Iterator[tuple[int, subproces
             assert time.monotonic() < deadline, f"keel dev did not start: {said}"
             if select.select([dev.stdout], [], [], 0.2)[0]:
                 said += dev.stdout.readline()
-        assert (folder / ".keel" / "server.json").exists()
+        state = Settings.from_env(env).state_home
+        assert record_path(folder / ".keel", state).exists()  # in the user's state directory
+        assert not (folder / ".keel" / "server.json").exists()  # not in the folder
         yield port, dev
     finally:
         if dev.poll() is None:
@@ -191,8 +196,10 @@ def test_a_tool_file_in_another_folder_is_found_again_by_the_next_turn(
     assert first.returncode == 0, first.stderr
     assert "It said HELLO!" in first.stdout
     # the session records the module's name; the embedded worker remembered the file
-    remembered = json.loads((folder / ".keel" / "tool_files.json").read_text())
+    state = Settings.from_env(env).state_home
+    remembered = json.loads(tool_files_path(folder / ".keel", state).read_text())["modules"]
     assert remembered == {"loudtools": str(folder / "lib" / "loudtools.py")}
+    assert not (folder / ".keel" / "tool_files.json").exists()
     second = run(folder, env, "run", "--session", "lib-tools", "shout again")
     assert second.returncode == 0, second.stderr
     assert "It said AGAIN!" in second.stdout

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
+from keel.worker.settings import Settings
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, write_script
 from tests.helpers.temporal import free_port
@@ -68,8 +70,10 @@ def test_keel_dev_on_another_port_is_found_by_the_next_command_in_its_folder(
         assert f"Keel's approvals page at http://127.0.0.1:{page}" in said[-2]
         home = folder / ".keel"
         assert said[-1].endswith(f"from another folder, set KEEL_HOME={home}\n"), said
-        record = json.loads((folder / ".keel" / "server.json").read_text())
+        state = Settings.from_env(env).state_home
+        record = json.loads(record_path(home, state).read_text())
         assert record["address"] == address and record["shared"] is True
+        assert not (home / "server.json").exists()  # nothing a clone could plant
 
         done = keel("run", "--session", "tidy", "--model", model, "tidy up", env=env, cwd=folder)
         assert done.returncode == 0, done.stderr
@@ -102,7 +106,7 @@ def test_keel_dev_on_another_port_is_found_by_the_next_command_in_its_folder(
         there = keel("show", "tidy", env=keel_env(KEEL_HOME=str(home)), cwd=elsewhere)
         assert there.returncode == 0 and "assistant: again" in there.stdout, there.stderr
         assert not (elsewhere / ".keel").exists()
-    assert not (folder / ".keel" / "server.json").exists()
+    assert not record_path(home, state).exists()
 
 
 @pytest.mark.skipif(default_address_taken(), reason=f"something listens on {DEFAULT_ADDRESS}")
