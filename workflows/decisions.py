@@ -95,6 +95,18 @@ class Decisions:
         else:
             limits.check_answer(message)
 
+    def _within_limits_since_patch(self, message: Message) -> None:
+        """A signal's ``_within_limits``: signals from before the limits count as sent.
+
+        The patch is asked only for a signal over a limit, so a history records its marker
+        only where the answer matters.
+        """
+        try:
+            self._within_limits(message)
+        except InputRejected:
+            if workflow.patched(limits.LIMITS_PATCH):
+                raise
+
     async def take(self, message: Message) -> InterruptAck:
         """The ``decide`` / ``respond`` update: decide, or hand on to a sub-agent's session.
 
@@ -114,8 +126,7 @@ class Decisions:
         """The ``decide`` / ``respond`` signal: the same checks; an invalid one is logged."""
         try:
             expect(message, kind)
-            if workflow.patched(limits.LIMITS_PATCH):  # signals from before count as sent
-                self._within_limits(message)
+            self._within_limits_since_patch(message)
             interrupt = self._pending_for(message)
         except InputRejected as err:
             held = self._hold(message)

@@ -147,10 +147,16 @@ class AgentSession:
             self._init_error = f"imported history rejected: {err}"
             return Ledger()
         if input.prompt is not None:
-            # a start input from before the limits is held to the limit it was accepted under
-            earlier = not workflow.patched(LIMITS_PATCH)
             try:
-                validate_prompt("user", input.prompt, earlier_limit=earlier)
+                try:
+                    validate_prompt("user", input.prompt)
+                except InputRejected:
+                    # a start input from before the limits is held to the limit it was
+                    # accepted under; the patch is asked only for a prompt the limits refuse,
+                    # so a session within them records no marker
+                    if workflow.patched(LIMITS_PATCH):
+                        raise
+                    validate_prompt("user", input.prompt, earlier_limit=True)
             except InputRejected as err:
                 self._init_error = f"start prompt rejected: {err}"
             else:
