@@ -30,7 +30,7 @@ from temporalio import activity
 from keel.activities.function_judges import JudgeRefused, find_judge, run_judge
 from keel.activities.models import is_async_provider, resolve_model
 from keel.workflows.activity_contracts import JudgeRequest, JudgeVerdict, ModelRequest
-from keel.workflows.activity_options import JUDGE_ACTIVITY
+from keel.workflows.activity_options import DEFAULT_JUDGE_TIMEOUT_S, JUDGE_ACTIVITY
 from keel.workflows.contracts import InferenceConfig
 from keel.workflows.messages import Message, text_block
 
@@ -44,8 +44,6 @@ JUDGE_SYSTEM = (
     '"<one sentence>", "confidence": <0 to 1>}. When unsure, escalate.'
 )
 _FENCED = re.compile(r"\A```(?:json)?[ \t]*\n(?P<body>.*)\n[ \t]*```\Z", re.S | re.I)
-# How long a function judge may think unless the worker says (``Settings.judge_timeout_s``).
-DEFAULT_JUDGE_TIMEOUT_S = 30.0
 
 
 class JudgeActivities:

@@ -22,6 +22,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import TLSConfig
 
 from keel.activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
+from keel.workflows.activity_options import DEFAULT_JUDGE_TIMEOUT_S, MAX_JUDGE_TIMEOUT_S
 
 DEFAULT_TASK_QUEUE = "keel"
 DEFAULT_NAMESPACE = "default"
@@ -34,8 +35,6 @@ DEFAULT_STICKY_TIMEOUT_S = 1.0
 DEFAULT_SERVICE_NAME = "keel-worker"
 # How long a function judge may think; the most it may be given stays under the judge
 # activity's own start-to-close timeout (60 s), so a judge that hangs escalates with a reason.
-DEFAULT_JUDGE_TIMEOUT_S = 30.0
-MAX_JUDGE_TIMEOUT_S = 55.0
 # the longest deployment name or build id Temporal takes
 MAX_VERSION_PART = 255
 LOG_FORMATS = ("text", "json")
@@ -108,9 +107,8 @@ class Settings:
         ui_token, ui_key, ui_approver: ``KEEL_UI_TOKEN``, ``KEEL_UI_KEY``,
             ``KEEL_UI_APPROVER`` of ``keel ui``.
         temporal_cli: ``KEEL_TEMPORAL_CLI``, the ``temporal`` executable to embed.
-        judge_timeout_s: ``KEEL_JUDGE_TIMEOUT_S``, how long a function judge may think before
-            the call it judges goes to a person (default 30 s; at most 55 s, under the judge
-            activity's own timeout).
+        judge_timeout: ``KEEL_JUDGE_TIMEOUT_S`` as given: how long a function judge may think
+            before the call it judges goes to a person (``judge_timeout_s`` checks it).
         state_home: the user's state directory (``XDG_STATE_HOME``, else
             ``~/.local/state``): ``keel/`` in it keeps the records commands trust (the
             ``keel dev`` serving a folder, remembered tool files), out of any working folder.
@@ -151,7 +149,7 @@ class Settings:
     ui_key: str | None = None
     ui_approver: str | None = None
     temporal_cli: str | None = None
-    judge_timeout_s: float = DEFAULT_JUDGE_TIMEOUT_S
+    judge_timeout: str | None = None
     state_home: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -203,10 +201,32 @@ class Settings:
             ui_key=env.get("KEEL_UI_KEY") or None,
             ui_approver=env.get("KEEL_UI_APPROVER") or None,
             temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
-            judge_timeout_s=_judge_timeout(env.get("KEEL_JUDGE_TIMEOUT_S")),
+            judge_timeout=env.get("KEEL_JUDGE_TIMEOUT_S") or None,
             state_home=_state_home(env),
             environ=dict(env),
         )
+
+    def judge_timeout_s(self) -> float:
+        """How long a function judge may think: 30 s by default, at most 55 s.
+
+        The judge activity's own timeout is 60 s; a judge still thinking then escalates.
+
+        Raises:
+            ConfigError: ``KEEL_JUDGE_TIMEOUT_S`` is no number of seconds in (0, 55].
+        """
+        raw = self.judge_timeout
+        if raw is None:
+            return DEFAULT_JUDGE_TIMEOUT_S
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise ConfigError(f"KEEL_JUDGE_TIMEOUT_S={raw!r} is not a number of seconds") from None
+        if not 0 < seconds <= MAX_JUDGE_TIMEOUT_S:
+            raise ConfigError(
+                f"KEEL_JUDGE_TIMEOUT_S={raw!r} must be more than 0 and at most "
+                f"{MAX_JUDGE_TIMEOUT_S:g} seconds"
+            )
+        return seconds
 
     def deployment_version(self) -> WorkerDeploymentVersion | None:
         """The Worker Deployment Version a worker runs as, checked; None when unversioned.
@@ -532,17 +552,6 @@ def _pem(path: str | None, data: str | None, stem: str) -> bytes | None:
     if b"-----BEGIN " not in content:
         raise ConfigError(f"{origin}: not a PEM file (no -----BEGIN line)")
     return content
-
-
-def _judge_timeout(value: str | None) -> float:
-    """``KEEL_JUDGE_TIMEOUT_S`` as seconds, in (0, 55]; the default when unset or no number."""
-    try:
-        seconds = float(value) if value else DEFAULT_JUDGE_TIMEOUT_S
-    except ValueError:
-        return DEFAULT_JUDGE_TIMEOUT_S
-    if not seconds > 0:
-        return DEFAULT_JUDGE_TIMEOUT_S
-    return min(seconds, MAX_JUDGE_TIMEOUT_S)
 
 
 def _state_home(env: Mapping[str, str]) -> str:

@@ -99,6 +99,10 @@ SESSION_CALL_RETRY = RetryPolicy(
 # A judge in the gate (keel.judge.decide): one model call or function at most this long, tried
 # twice; what fails or times out goes to a person.
 JUDGE_START_TO_CLOSE = timedelta(seconds=60)
+# How long a function judge may think before the call goes to a person (``KEEL_JUDGE_TIMEOUT_S``
+# changes it, up to the most that leaves the activity time to answer).
+DEFAULT_JUDGE_TIMEOUT_S = 30.0
+MAX_JUDGE_TIMEOUT_S = 55.0
 JUDGE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_attempts=2)
 
 

@@ -554,3 +554,19 @@ async def test_keel_worker_connects_with_mtls(
         assert "client" in proxy.handshakes
     finally:
         await proxy.stop()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("soon", "KEEL_JUDGE_TIMEOUT_S='soon' is not a number of seconds"),
+        ("0", "must be more than 0 and at most 55 seconds"),
+        ("120", "must be more than 0 and at most 55 seconds"),
+        ("nan", "must be more than 0 and at most 55 seconds"),
+    ],
+)
+def test_a_judge_timeout_that_is_no_timeout_is_named(raw: str, reason: str) -> None:
+    assert Settings.from_env({}).judge_timeout_s() == 30
+    assert Settings.from_env({"KEEL_JUDGE_TIMEOUT_S": "2.5"}).judge_timeout_s() == 2.5
+    with pytest.raises(ConfigError, match=reason):
+        Settings.from_env({"KEEL_JUDGE_TIMEOUT_S": raw}).judge_timeout_s()

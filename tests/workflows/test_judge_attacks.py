@@ -199,7 +199,7 @@ async def test_a_function_that_is_no_judge_of_the_workers_is_refused(
 async def test_a_judge_that_hangs_escalates_and_stalls_no_other_session(
     keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
-    settings = dataclasses.replace(Settings.from_env(), judge_timeout_s=1.0)
+    settings = dataclasses.replace(Settings.from_env(), judge_timeout="1")
     out = tmp_path / "out.txt"
     async with run_worker(settings=settings):
         for target in ("tests.judges:sleeps", "tests.judges:sleeps_async"):

@@ -177,7 +177,7 @@ class KeelPlugin(SimplePlugin):
                 Notifications(settings.notify_secret).post,
                 child_report,
                 forward,
-                JudgeActivities(settings.environ, loaded, settings.judge_timeout_s).decide,
+                JudgeActivities(settings.environ, loaded, settings.judge_timeout_s()).decide,
             ],
         )
 
