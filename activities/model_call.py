@@ -9,8 +9,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -24,14 +25,12 @@ from keel.activities.context_window import (
 )
 from keel.activities.heartbeats import LoopHeartbeats
 from keel.activities.models import (
-    AnyModelProvider,
     ContextTooLong,
     ModelError,
     ModelTransientError,
     abort_call,
     converse_tool_config,
     is_async_provider,
-    provider_imported,
     resolve_model,
 )
 from keel.activities.store import ConversationStore, StoreError
@@ -53,6 +52,8 @@ from keel.workflows.messages import tool_uses
 
 if TYPE_CHECKING:
     from keel.activities.mcp.servers import McpServers
+
+T = TypeVar("T")
 
 # At most this long between heartbeats; with Keel's 2 s heartbeat timeout a running call
 # beats every 0.67 s (``keel.workflows.activity_options.heartbeat_every_s``).
@@ -315,46 +316,41 @@ class ModelActivities:
         cancellation).
         """
         spec = request.model
-        provider: AnyModelProvider
-        if provider_imported(spec):
-            provider = resolve_model(spec, self.environ)
-        else:  # the first call of a provider imports its module (boto3, say): not on the loop
-            provider = await asyncio.to_thread(resolve_model, spec, self.environ)
+        # cheap: no provider module imports anything heavy (Bedrock's boto3 comes with its
+        # first call, in that call's thread)
+        provider = resolve_model(spec, self.environ)
 
         def prepare() -> tuple[ModelRequest, dict[str, object]]:
             view, stored, tools_digest, described = self._resolve(request)
             terms = None if described is None else [t.terms() for t in described]
             return view, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
 
-        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+        # A blocking provider's call runs in the thread that did the store's work for it (one
+        # thread per call, not two hops); an async one's on the loop. The store's work takes a
+        # thread even when it is local: doing it on the loop moved no benchmark figure by 5%
+        # consistently (figures and command in docs/performance.md, "Tricks on temporalio's
+        # internals").
+        pool = None if is_async_provider(provider) else ThreadPoolExecutor(1, "keel-model")
+
+        async def offload(call: Callable[..., T], *args: object) -> T:
+            if pool is None:
+                return await asyncio.to_thread(call, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, call, *args)
+
+        async def ask(view: ModelRequest) -> ModelResponse:
+            self._log(view)
             if is_async_provider(provider):
-                # The store's work in a thread even when it is local: doing it on the loop moved
-                # no benchmark figure by 5% consistently (figures and command in
-                # docs/performance.md, "Tricks on temporalio's internals").
-                view, extra = await asyncio.to_thread(prepare)
-                view = fitted(view, context_tokens(provider))
-                try:
-                    self._log(view)
-                    response = await provider.converse(view, progress)
-                except ContextTooLong as err:
-                    view = trimmed(view, err)
-                    self._log(view)
-                    response = await provider.converse(view, progress)
-            else:
-                blocking = provider
+                return await provider.converse(view, progress)
+            return await offload(provider.converse, view, progress)
 
-                def in_thread() -> tuple[ModelRequest, dict[str, object], ModelResponse]:
-                    view, extra = prepare()
-                    view = fitted(view, context_tokens(blocking))
-                    try:
-                        self._log(view)
-                        return view, extra, blocking.converse(view, progress)
-                    except ContextTooLong as err:
-                        view = trimmed(view, err)
-                        self._log(view)
-                        return view, extra, blocking.converse(view, progress)
-
-                view, extra, response = await asyncio.to_thread(in_thread)
+        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+            view, extra = await offload(prepare)
+            view = fitted(view, context_tokens(provider))
+            try:
+                response = await ask(view)
+            except ContextTooLong as err:  # once: trim what the model sees and ask again
+                view = trimmed(view, err)
+                response = await ask(view)
             extra["output_errors"] = _output_errors(request.output_tool, view, response)
             return response, extra
 
@@ -389,6 +385,8 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
+            if pool is not None:
+                pool.shutdown(wait=False)
 
 
 _LOG_LOCK = threading.Lock()

@@ -46,7 +46,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from keel.activities.models.bedrock import reset_client_cache
+from keel.activities.models.bedrock_calls import reset_client_cache
 
 DEFAULT_USAGE = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
 _PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream)$")

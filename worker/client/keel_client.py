@@ -29,6 +29,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import UpdateMethodMultiParam
 
+from keel.activities.models import ModelSpecError, check_model_spec
 from keel.activities.store import ConversationStore
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.calls import SessionCaller
@@ -199,7 +200,7 @@ class KeelClient:
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
         if config is not None:
-            _check_schemas(config)
+            _check_config(config)
         if config is None:
             return await self._update(session_id, AgentSession.prompt, update)
         start = WithStartWorkflowOperation(
@@ -245,7 +246,7 @@ class KeelClient:
             validate_prompt("user", content)
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
-        _check_schemas(config)
+        _check_config(config)
         try:
             await self.client.start_workflow(
                 AgentSession.run,
@@ -619,15 +620,28 @@ def _signature(
     return key.sign(session_id, interrupt_id, kind, what, reason, who)
 
 
-def _check_schemas(config: SessionConfig, where: str = "") -> None:
-    """Refuse before the session starts a schema the model activity would refuse."""
+def _check_config(config: SessionConfig, where: str = "") -> None:
+    """Refuse before the session starts what its worker would refuse.
+
+    A model spec its provider does not take (``ModelSpecError``: an unknown provider or
+    option, a value out of range), a schema the model activity would refuse.
+
+    Raises:
+        RequestRejected: naming the setting (``model``, ``judge_model``, the sub-agent).
+    """
+    for key, spec in (("model", config.model), ("judge_model", config.judge_model)):
+        try:
+            if spec is not None:
+                check_model_spec(spec)
+        except ModelSpecError as err:
+            raise RequestRejected(f"{where}{key}: {err}", kind=type(err).__name__) from err
     try:
         if config.output_schema is not None:
             check_output_schema(config.output_schema)
     except OutputSchemaError as err:
         raise RequestRejected(f"{where}{err}") from err
     for name, agent in config.agents.items():
-        _check_schemas(agent.config, f"{where}sub-agent {name}: ")
+        _check_config(agent.config, f"{where}sub-agent {name}: ")
 
 
 async def _settling(send: Callable[[], Awaitable[T]]) -> T:
