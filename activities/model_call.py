@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -463,10 +463,17 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
     and is the turn's error: it never says "will retry". The last attempt is the one whose
     retry would come after the call's schedule-to-close timeout (``SessionConfig
     .model_retry_s``), or the policy's last attempt when it has a maximum.
+
+    A server that said how long to wait (``Retry-After``: ``err.retry_after_s``) gets the
+    next attempt no sooner (``next_retry_delay``; never sooner than the backoff either); a
+    wait past what is left of ``model_retry_s`` ends the call now, saying so.
     """
     info = activity.info()
     policy = info.retry_policy
     delay = next_retry_delay(policy, info.attempt) if policy is not None else None
+    asked = err.retry_after_s
+    if asked is not None:
+        delay = max(delay or timedelta(0), timedelta(seconds=asked))
     out_of_attempts = policy is not None and 0 < policy.maximum_attempts <= info.attempt
     bound = info.schedule_to_close_timeout
     now = datetime.now(UTC)
@@ -479,6 +486,8 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
         if out_of_time and bound:
             took, most = (now - first).total_seconds(), bound.total_seconds()
             within = f" in {took:.0f} s (model_retry_s: {most:g} s)"
+            if asked is not None:
+                within += f"; the server asked to wait {asked:g} s more (Retry-After)"
         activity.logger.warning("%s; giving up after %d attempts%s", err, info.attempt, within)
         return ApplicationError(
             f"{err}; gave up after {info.attempt} attempts{within}",
@@ -487,10 +496,15 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
             category=ApplicationErrorCategory.BENIGN,
         )
     said = f" in {delay.total_seconds():g} s" if delay is not None else ""
+    if asked is not None:
+        said += " (Retry-After)"
     of = f" of {policy.maximum_attempts}" if policy and policy.maximum_attempts else ""
     activity.logger.warning("%s; retrying%s (attempt %d%s failed)", err, said, info.attempt, of)
     return ApplicationError(
-        str(err), type=MODEL_ERROR_TRANSIENT, category=ApplicationErrorCategory.BENIGN
+        str(err),
+        type=MODEL_ERROR_TRANSIENT,
+        category=ApplicationErrorCategory.BENIGN,
+        next_retry_delay=delay if asked is not None else None,
     )
 
 
