@@ -1,4 +1,7 @@
-"""Bedrock's Converse API through boto3: the calls, the stream, and what their errors mean.
+"""Bedrock's Converse API through boto3: the calls, and what their errors mean.
+
+The wire shapes (the request's arguments, the stream's events) are in
+``keel.activities.models.bedrock_wire``.
 
 The ``bedrock:`` provider (``keel.activities.models.bedrock``) calls ``converse`` here; this
 module imports boto3, so it is imported by the first Bedrock call, in its thread.
@@ -12,11 +15,8 @@ Bedrock asks for (a ``Retry-After`` header on throttling), when it gives one.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]
@@ -32,17 +32,18 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ParamValidationError,
     ResponseStreamingError,
 )
-from pydantic import ValidationError
 
-from keel.activities.models.base import (
-    DeltaCallback,
-    ModelError,
-    ModelTransientError,
-    converse_tool_config,
+from keel.activities.models.base import DeltaCallback, ModelError
+from keel.activities.models.bedrock_wire import (
+    RetryableModelError,
+    StreamAssembler,
+    build_request,
+    output_block,
+    token_usage,
 )
 from keel.activities.models.retry_after import retry_after_s
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
-from keel.workflows.messages import ContentBlock, Message, TokenUsage
+from keel.workflows.messages import ContentBlock, Message
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +110,6 @@ _BOTO_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError, *_TRANS
 _clients: dict[str | None, Any] = {}
 _no_stream: set[tuple[str | None, str]] = set()
 _clients_lock = threading.Lock()
-
-
-class RetryableModelError(ModelTransientError):
-    """A transient Bedrock failure (throttling, 5xx, broken stream); Temporal retries it."""
 
 
 def reset_client_cache() -> None:
@@ -197,7 +194,7 @@ def _converse(client: Any, kwargs: dict[str, Any], on_delta: DeltaCallback) -> M
     raw = response.get("output", {}).get("message", {}).get("content", [])
     content: list[ContentBlock] = []
     for block in raw:
-        converted = _output_block(block)
+        converted = output_block(block)
         if converted is None:
             on_delta("")
             continue
@@ -206,201 +203,8 @@ def _converse(client: Any, kwargs: dict[str, Any], on_delta: DeltaCallback) -> M
     return ModelResponse(
         message=Message(role="assistant", content=content),
         stopReason=response.get("stopReason") or "end_turn",
-        usage=_usage(response.get("usage")),
+        usage=token_usage(response.get("usage")),
     )
-
-
-def build_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
-    """The keyword arguments of ``converse`` / ``converse_stream`` for a request.
-
-    Messages are dumped in Python mode, so image and document bytes stay raw bytes (boto3
-    base64-encodes them itself).
-    """
-    kwargs: dict[str, Any] = {
-        "modelId": model_id,
-        "messages": [_wire_message(m) for m in request.messages],
-    }
-    if request.system:
-        kwargs["system"] = [{"text": request.system}]
-    if request.tools:
-        kwargs["toolConfig"] = {"tools": converse_tool_config(request.tools)}
-    if request.inference is not None:
-        inference = request.inference.model_dump(mode="python", exclude_none=True)
-        if inference:
-            kwargs["inferenceConfig"] = inference
-    return kwargs
-
-
-def _wire_message(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = message.model_dump(mode="python")
-    for block in data["content"]:
-        reasoning = block.get("reasoningContent")
-        if isinstance(reasoning, dict) and isinstance(reasoning.get("redactedContent"), str):
-            # bytes in a free-form dict come back from workflow history as base64 text
-            reasoning = dict(reasoning)
-            reasoning["redactedContent"] = base64.b64decode(reasoning["redactedContent"])
-            block["reasoningContent"] = reasoning
-    return data
-
-
-def _output_block(block: dict[str, Any]) -> ContentBlock | None:
-    """A Converse output block as a ContentBlock; None for kinds Keel does not keep."""
-    if "text" in block:
-        return ContentBlock(text=block["text"]) if block["text"] else None
-    kept = {k: v for k, v in block.items() if k in ("toolUse", "reasoningContent")}
-    if len(kept) != 1:
-        logger.warning("dropping bedrock output block of kind %s", sorted(block))
-        return None
-    try:
-        return ContentBlock.model_validate(kept)
-    except ValidationError as err:
-        logger.warning("dropping invalid bedrock output block %s: %s", sorted(block), err)
-        return None
-
-
-def _usage(raw: dict[str, Any] | None) -> TokenUsage:
-    raw = raw or {}
-    inputs = int(raw.get("inputTokens") or 0)
-    outputs = int(raw.get("outputTokens") or 0)
-    return TokenUsage(
-        inputTokens=inputs,
-        outputTokens=outputs,
-        totalTokens=int(raw.get("totalTokens") or inputs + outputs),
-    )
-
-
-@dataclass
-class _Block:
-    kind: str
-    parts: list[str] = field(default_factory=list)
-    tool_use_id: str = ""
-    name: str = ""
-    signature: str | None = None
-    redacted: bytes | None = None
-
-
-class StreamAssembler:
-    """Builds one assistant message from ConverseStream events, as botocore parses them."""
-
-    def __init__(self) -> None:
-        """Start with no blocks and no stop reason."""
-        self.blocks: dict[int, _Block] = {}
-        self.stop_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-
-    def feed(self, event: dict[str, Any], on_delta: DeltaCallback) -> None:
-        """Take one stream event.
-
-        Args:
-            event: ``{"<eventName>": {...}}`` as botocore yields it.
-            on_delta: called with the text of a text delta, "" for any other event.
-        """
-        if "contentBlockStart" in event:
-            body = event["contentBlockStart"]
-            start = body.get("start", {})
-            index = int(body.get("contentBlockIndex", 0))
-            if "toolUse" in start:
-                use = start["toolUse"]
-                self.blocks[index] = _Block(
-                    "toolUse", tool_use_id=use.get("toolUseId", ""), name=use.get("name", "")
-                )
-            else:
-                logger.warning("ignoring bedrock content block start %s", sorted(start))
-        elif "contentBlockDelta" in event:
-            body = event["contentBlockDelta"]
-            text = self._delta(int(body.get("contentBlockIndex", 0)), body.get("delta", {}))
-            on_delta(text)
-            return
-        elif "messageStop" in event:
-            self.stop_reason = event["messageStop"].get("stopReason") or "end_turn"
-        elif "metadata" in event:
-            self.usage = event["metadata"].get("usage")
-        on_delta("")
-
-    def _delta(self, index: int, delta: dict[str, Any]) -> str:
-        """Apply one delta; returns its text for ``on_delta`` ("" unless a text delta)."""
-        block = self.blocks.get(index)
-        if "text" in delta:
-            if block is None:
-                block = self.blocks[index] = _Block("text")
-            block.parts.append(delta["text"])
-            return str(delta["text"])
-        if "toolUse" in delta:
-            if block is None or block.kind != "toolUse":
-                logger.warning("bedrock toolUse delta for block %s without a toolUse start", index)
-                return ""
-            block.parts.append(delta["toolUse"].get("input", ""))
-        elif "reasoningContent" in delta:
-            if block is None:
-                block = self.blocks[index] = _Block("reasoningContent")
-            reasoning = delta["reasoningContent"]
-            if "text" in reasoning:
-                block.parts.append(reasoning["text"])
-            if "signature" in reasoning:
-                block.signature = reasoning["signature"]
-            if "redactedContent" in reasoning:
-                block.redacted = (block.redacted or b"") + reasoning["redactedContent"]
-        return ""
-
-    def result(self, model_id: str) -> ModelResponse:
-        """The assembled response.
-
-        Raises:
-            RetryableModelError: the stream ended without a ``messageStop`` event.
-        """
-        if self.stop_reason is None:
-            raise RetryableModelError(
-                f"bedrock model {model_id!r}: the response stream ended before messageStop "
-                f"({len(self.blocks)} content blocks received)"
-            )
-        if self.usage is None:
-            logger.warning("bedrock model %s: stream had no metadata event (usage)", model_id)
-        content: list[ContentBlock] = []
-        for index in sorted(self.blocks):
-            block = self.blocks[index]
-            joined = "".join(block.parts)
-            if block.kind == "text":
-                if joined:
-                    content.append(ContentBlock(text=joined))
-            elif block.kind == "toolUse":
-                content.append(
-                    ContentBlock.model_validate(
-                        {
-                            "toolUse": {
-                                "toolUseId": block.tool_use_id,
-                                "name": block.name,
-                                "input": self._tool_input(model_id, block, joined),
-                            }
-                        }
-                    )
-                )
-            elif block.redacted is not None:
-                content.append(ContentBlock(reasoningContent={"redactedContent": block.redacted}))
-            else:
-                reasoning: dict[str, Any] = {"text": joined}
-                if block.signature is not None:
-                    reasoning["signature"] = block.signature
-                content.append(ContentBlock(reasoningContent={"reasoningText": reasoning}))
-        return ModelResponse(
-            message=Message(role="assistant", content=content),
-            stopReason=self.stop_reason,
-            usage=_usage(self.usage),
-        )
-
-    def _tool_input(self, model_id: str, block: _Block, joined: str) -> Any:
-        if not joined.strip():
-            return {}
-        try:
-            return json.loads(joined)
-        except ValueError:
-            # e.g. max_tokens cut the input short; the workflow never runs such a tool use
-            logger.warning(
-                "bedrock model %s: toolUse %s input is not complete JSON (stop reason %s)",
-                model_id,
-                block.tool_use_id,
-                self.stop_reason,
-            )
-            return {}
 
 
 def _error_code(err: ClientError) -> str:
@@ -483,9 +287,6 @@ def classify_error(model_id: str, err: Exception) -> Exception:
 
 __all__ = [
     "CREDENTIALS_MESSAGE",
-    "RetryableModelError",
-    "StreamAssembler",
-    "build_request",
     "classify_error",
     "converse",
     "reset_client_cache",

@@ -12,11 +12,8 @@ import pytest
 from keel import InferenceConfig, Message
 from keel.activities.models import ModelError, resolve_model
 from keel.activities.models.bedrock import BedrockProvider
-from keel.activities.models.bedrock_calls import (
-    CREDENTIALS_MESSAGE,
-    RetryableModelError,
-    _client,
-)
+from keel.activities.models.bedrock_calls import CREDENTIALS_MESSAGE, _client
+from keel.activities.models.bedrock_wire import RetryableModelError
 from keel.workflows.activity_contracts import ModelRequest
 from keel.workflows.contracts import ToolSpec
 from tests.fakes.bedrock_server import (
