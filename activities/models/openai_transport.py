@@ -12,6 +12,7 @@ import http.client
 import socket
 import threading
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 
@@ -57,33 +58,30 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class _TrackedHTTPConnection(http.client.HTTPConnection):
-    tracker: _Connections | None = None
+def _tracked(
+    kind: type[http.client.HTTPConnection], tracker: _Connections
+) -> Callable[..., http.client.HTTPConnection]:
+    """A factory of ``kind`` connections whose sockets ``tracker`` learns of as they connect."""
 
-    def connect(self) -> None:
-        super().connect()
-        if self.tracker is not None and self.sock is not None:
-            self.tracker.opened(self.sock)
+    def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        conn = kind(host, **kwargs)
+        connect = conn.connect
 
+        def connect_and_track() -> None:
+            connect()
+            if conn.sock is not None:
+                tracker.opened(conn.sock)
 
-class _TrackedHTTPSConnection(http.client.HTTPSConnection):
-    tracker: _Connections | None = None
+        conn.connect = connect_and_track  # type: ignore[method-assign]
+        return conn
 
-    def connect(self) -> None:
-        super().connect()
-        if self.tracker is not None and self.sock is not None:
-            self.tracker.opened(self.sock)
+    return make
 
 
 class _TrackedHTTPHandler(urllib.request.HTTPHandler):
     def __init__(self, tracker: _Connections) -> None:
         super().__init__()
-        self.tracker = tracker
-
-    def _connection(self, host: str, **kwargs: Any) -> http.client.HTTPConnection:
-        conn = _TrackedHTTPConnection(host, **kwargs)
-        conn.tracker = self.tracker
-        return conn
+        self._connection = _tracked(http.client.HTTPConnection, tracker)
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
@@ -92,12 +90,7 @@ class _TrackedHTTPHandler(urllib.request.HTTPHandler):
 class _TrackedHTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, tracker: _Connections) -> None:
         super().__init__()
-        self.tracker = tracker
-
-    def _connection(self, host: str, **kwargs: Any) -> http.client.HTTPConnection:
-        conn = _TrackedHTTPSConnection(host, **kwargs)
-        conn.tracker = self.tracker
-        return conn
+        self._connection = _tracked(http.client.HTTPSConnection, tracker)
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
