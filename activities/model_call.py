@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import re
@@ -335,7 +336,10 @@ class ModelActivities:
         async def offload(call: Callable[..., T], *args: object) -> T:
             if pool is None:
                 return await asyncio.to_thread(call, *args)
-            return await asyncio.get_running_loop().run_in_executor(pool, call, *args)
+            # with this task's context, as asyncio.to_thread does: the activity's, which the
+            # provider's deltas need to heartbeat from its thread
+            run = functools.partial(contextvars.copy_context().run, call, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, run)
 
         async def ask(view: ModelRequest) -> ModelResponse:
             self._log(view)
