@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -24,14 +26,12 @@ from keel.activities.context_window import (
 )
 from keel.activities.heartbeats import LoopHeartbeats
 from keel.activities.models import (
-    AnyModelProvider,
     ContextTooLong,
     ModelError,
     ModelTransientError,
     abort_call,
     converse_tool_config,
     is_async_provider,
-    provider_imported,
     resolve_model,
 )
 from keel.activities.store import ConversationStore, StoreError
@@ -53,6 +53,8 @@ from keel.workflows.messages import tool_uses
 
 if TYPE_CHECKING:
     from keel.activities.mcp.servers import McpServers
+
+T = TypeVar("T")
 
 # At most this long between heartbeats; with Keel's 2 s heartbeat timeout a running call
 # beats every 0.67 s (``keel.workflows.activity_options.heartbeat_every_s``).
@@ -315,46 +317,44 @@ class ModelActivities:
         cancellation).
         """
         spec = request.model
-        provider: AnyModelProvider
-        if provider_imported(spec):
-            provider = resolve_model(spec, self.environ)
-        else:  # the first call of a provider imports its module (boto3, say): not on the loop
-            provider = await asyncio.to_thread(resolve_model, spec, self.environ)
+        # cheap: no provider module imports anything heavy (Bedrock's boto3 comes with its
+        # first call, in that call's thread)
+        provider = resolve_model(spec, self.environ)
 
         def prepare() -> tuple[ModelRequest, dict[str, object]]:
             view, stored, tools_digest, described = self._resolve(request)
             terms = None if described is None else [t.terms() for t in described]
             return view, {"stored": stored, "tools_digest": tools_digest, "tools": terms}
 
-        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+        # A blocking provider's call runs in the thread that did the store's work for it (one
+        # thread per call, not two hops); an async one's on the loop. The store's work takes a
+        # thread even when it is local: doing it on the loop moved no benchmark figure by 5%
+        # consistently (figures and command in docs/performance.md, "Tricks on temporalio's
+        # internals").
+        pool = None if is_async_provider(provider) else ThreadPoolExecutor(1, "keel-model")
+
+        async def offload(call: Callable[..., T], *args: object) -> T:
+            if pool is None:
+                return await asyncio.to_thread(call, *args)
+            # with this task's context, as asyncio.to_thread does: the activity's, which the
+            # provider's deltas need to heartbeat from its thread
+            run = functools.partial(contextvars.copy_context().run, call, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, run)
+
+        async def ask(view: ModelRequest) -> ModelResponse:
+            self._log(view)
             if is_async_provider(provider):
-                # The store's work in a thread even when it is local: doing it on the loop moved
-                # no benchmark figure by 5% consistently (figures and command in
-                # docs/performance.md, "Tricks on temporalio's internals").
-                view, extra = await asyncio.to_thread(prepare)
-                view = fitted(view, context_tokens(provider))
-                try:
-                    self._log(view)
-                    response = await provider.converse(view, progress)
-                except ContextTooLong as err:
-                    view = trimmed(view, err)
-                    self._log(view)
-                    response = await provider.converse(view, progress)
-            else:
-                blocking = provider
+                return await provider.converse(view, progress)
+            return await offload(provider.converse, view, progress)
 
-                def in_thread() -> tuple[ModelRequest, dict[str, object], ModelResponse]:
-                    view, extra = prepare()
-                    view = fitted(view, context_tokens(blocking))
-                    try:
-                        self._log(view)
-                        return view, extra, blocking.converse(view, progress)
-                    except ContextTooLong as err:
-                        view = trimmed(view, err)
-                        self._log(view)
-                        return view, extra, blocking.converse(view, progress)
-
-                view, extra, response = await asyncio.to_thread(in_thread)
+        async def answer() -> tuple[ModelResponse, dict[str, object]]:
+            view, extra = await offload(prepare)
+            view = fitted(view, context_tokens(provider))
+            try:
+                response = await ask(view)
+            except ContextTooLong as err:  # once: trim what the model sees and ask again
+                view = trimmed(view, err)
+                response = await ask(view)
             extra["output_errors"] = _output_errors(request.output_tool, view, response)
             return response, extra
 
@@ -389,6 +389,8 @@ class ModelActivities:
         finally:
             heartbeats.stop()
             work.cancel()  # a thread cannot be stopped: this only drops its result
+            if pool is not None:
+                pool.shutdown(wait=False)
 
 
 _LOG_LOCK = threading.Lock()
@@ -465,10 +467,17 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
     and is the turn's error: it never says "will retry". The last attempt is the one whose
     retry would come after the call's schedule-to-close timeout (``SessionConfig
     .model_retry_s``), or the policy's last attempt when it has a maximum.
+
+    A server that said how long to wait (``Retry-After``: ``err.retry_after_s``) gets the
+    next attempt no sooner (``next_retry_delay``; never sooner than the backoff either); a
+    wait past what is left of ``model_retry_s`` ends the call now, saying so.
     """
     info = activity.info()
     policy = info.retry_policy
     delay = next_retry_delay(policy, info.attempt) if policy is not None else None
+    asked = err.retry_after_s
+    if asked is not None:
+        delay = max(delay or timedelta(0), timedelta(seconds=asked))
     out_of_attempts = policy is not None and 0 < policy.maximum_attempts <= info.attempt
     bound = info.schedule_to_close_timeout
     now = datetime.now(UTC)
@@ -481,6 +490,8 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
         if out_of_time and bound:
             took, most = (now - first).total_seconds(), bound.total_seconds()
             within = f" in {took:.0f} s (model_retry_s: {most:g} s)"
+            if asked is not None:
+                within += f"; the server asked to wait {asked:g} s more (Retry-After)"
         activity.logger.warning("%s; giving up after %d attempts%s", err, info.attempt, within)
         return ApplicationError(
             f"{err}; gave up after {info.attempt} attempts{within}",
@@ -489,10 +500,15 @@ def _transient_failure(err: ModelTransientError) -> ApplicationError:
             category=ApplicationErrorCategory.BENIGN,
         )
     said = f" in {delay.total_seconds():g} s" if delay is not None else ""
+    if asked is not None:
+        said += " (Retry-After)"
     of = f" of {policy.maximum_attempts}" if policy and policy.maximum_attempts else ""
     activity.logger.warning("%s; retrying%s (attempt %d%s failed)", err, said, info.attempt, of)
     return ApplicationError(
-        str(err), type=MODEL_ERROR_TRANSIENT, category=ApplicationErrorCategory.BENIGN
+        str(err),
+        type=MODEL_ERROR_TRANSIENT,
+        category=ApplicationErrorCategory.BENIGN,
+        next_retry_delay=delay if asked is not None else None,
     )
 
 

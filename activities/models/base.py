@@ -41,7 +41,16 @@ class ModelTransientError(Exception):
     with backoff (``keel.workflows.activity_options.MODEL_RETRY``). Its message says what
     happened, never whether it will be retried: the activity adds that, and the last
     attempt's message is the turn's error.
+
+    Attributes:
+        retry_after_s: how long the server asked to be left alone (``Retry-After`` on a 429
+            or 503), if it said: the next attempt comes no sooner, within ``model_retry_s``.
     """
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        """The failure's message, and the delay the server asked for."""
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ModelProvider(Protocol):

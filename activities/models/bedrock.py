@@ -1,7 +1,7 @@
 """The ``bedrock:<model-id>`` provider: Amazon Bedrock's Converse API through boto3.
 
 Spec: ``bedrock:<model-id>[?option=value&...]``. The model id is anything Bedrock accepts
-as ``modelId`` (a model id, an inference profile id, an ARN). Options:
+as ``modelId`` (a model id, an inference profile id, an ARN). Options (``OPTIONS``):
 
 - ``stream=false``: call ``Converse`` instead of ``ConverseStream`` (default ``true``).
   Without it the provider still falls back to ``Converse`` by itself, for the rest of the
@@ -9,153 +9,43 @@ as ``modelId`` (a model id, an inference profile id, an ARN). Options:
 - ``region=<aws-region>``: the region to call; by default the standard AWS configuration
   chain decides (``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the profile's region).
 
-Credentials, region and endpoint come from the standard AWS configuration chain (profiles,
-environment, instance roles; ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` is honoured by boto3 itself).
-boto3's own retries are off: Temporal retries the model activity. Failures that retrying
-cannot fix raise ``ModelError``; transient ones raise ``RetryableModelError``.
+This module imports no boto3: checking a spec is cheap. The calls are in
+``keel.activities.models.bedrock_calls``, imported by the first one (in its thread).
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import logging
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import parse_qsl
+from typing import Any, ClassVar
 
-import boto3  # type: ignore[import-untyped]
-import urllib3.exceptions
-from botocore import eventstream  # type: ignore[import-untyped]
-from botocore.config import Config  # type: ignore[import-untyped]
-from botocore.exceptions import (  # type: ignore[import-untyped]
-    BotoCoreError,
-    ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    NoRegionError,
-    ParamValidationError,
-    ResponseStreamingError,
+from keel.activities.models.base import DeltaCallback, ModelError
+from keel.activities.models.declared import (
+    DeclaredProvider,
+    Option,
+    ParsedSpec,
+    aws_region,
+    flag,
 )
-from pydantic import ValidationError
-
-from keel.activities.models.base import DeltaCallback, ModelError, converse_tool_config
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
-from keel.workflows.messages import ContentBlock, Message, TokenUsage
 
-logger = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT_S = 10.0
-# Per socket read: a non-streaming Converse answers only once the whole reply is generated.
-READ_TIMEOUT_S = 300.0
-
-# total_max_attempts=1 means one attempt and no retry by botocore (its ``max_attempts`` key
-# counts retries, not attempts: max_attempts=1 would still retry once).
-CLIENT_CONFIG = Config(
-    retries={"total_max_attempts": 1, "mode": "standard"},
-    connect_timeout=CONNECT_TIMEOUT_S,
-    read_timeout=READ_TIMEOUT_S,
+STREAM = Option("stream", "true or false", flag, True, "ConverseStream (true) or Converse")
+REGION = Option[str | None](
+    "region",
+    "an AWS region (eu-west-1)",
+    aws_region,
+    None,
+    "the region to call (default: AWS config)",
 )
-
-CREDENTIALS_MESSAGE = (
-    "no AWS credentials found for bedrock: configure a profile, "
-    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
-)
-
-# Error codes (HTTP ``x-amzn-errortype`` or stream ``:exception-type``, first letter upper-cased)
-# that a later attempt may not meet.
-RETRYABLE_CODES = frozenset(
-    {
-        "ThrottlingException",
-        "ServiceUnavailableException",
-        "ModelNotReadyException",
-        "InternalServerException",
-        "ModelTimeoutException",
-        "ModelStreamErrorException",
-        "ModelErrorException",
-    }
-)
-CREDENTIAL_CODES = frozenset(
-    {
-        "UnrecognizedClientException",
-        "ExpiredTokenException",
-        "ExpiredToken",
-        "InvalidSignatureException",
-        "IncompleteSignature",
-        "MissingAuthenticationTokenException",
-        "InvalidClientTokenId",
-    }
-)
-CONTEXT_OVERFLOW_HINTS = (
-    "input is too long",
-    "too many tokens",
-    "too many input tokens",
-    "prompt is too long",
-    "context window",
-    "context length",
-    "maximum context",
-)
-
-# connection-level failures: the request may not have reached Bedrock, or its answer was cut
-_TRANSIENT: tuple[type[Exception], ...] = (
-    HTTPClientError,
-    ResponseStreamingError,
-    urllib3.exceptions.HTTPError,
-    eventstream.ParserError,
-)
-_BOTO_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError, *_TRANSIENT)
-
-_clients: dict[str | None, Any] = {}
-_no_stream: set[tuple[str | None, str]] = set()
-_clients_lock = threading.Lock()
+OPTIONS: tuple[Option[Any], ...] = (STREAM, REGION)
 
 
-class RetryableModelError(Exception):
-    """A transient Bedrock failure (throttling, 5xx, broken stream); Temporal retries it."""
-
-
-def reset_client_cache() -> None:
-    """Forget the cached boto3 clients and the models found not to stream (for tests)."""
-    with _clients_lock:
-        _clients.clear()
-        _no_stream.clear()
-
-
-def _client(region: str | None) -> Any:
-    """The process's ``bedrock-runtime`` client for a region (None: the configured one)."""
-    with _clients_lock:
-        client = _clients.get(region)
-        if client is None:
-            session = boto3.session.Session()
-            client = session.client("bedrock-runtime", region_name=region, config=CLIENT_CONFIG)
-            _clients[region] = client
-        return client
-
-
-def _parse_spec(spec: str) -> tuple[str, bool, str | None]:
-    model_id, _, query = spec.partition("?")
-    if not model_id:
-        raise ModelError(
-            "bedrock model spec needs a model id: bedrock:<model-id>[?stream=false&region=...]"
-        )
-    stream, region = True, None
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key == "stream" and value.lower() in ("true", "false", "1", "0"):
-            stream = value.lower() in ("true", "1")
-        elif key == "region" and value:
-            region = value
-        else:
-            raise ModelError(
-                f"bedrock model spec {spec!r}: unknown option {key}={value!r}; "
-                "supported: stream=true|false, region=<aws-region>"
-            )
-    return model_id, stream, region
-
-
-class BedrockProvider:
+class BedrockProvider(DeclaredProvider):
     """Calls a Bedrock model with ConverseStream (or Converse) and returns one message."""
+
+    prefix: ClassVar[str] = "bedrock"
+    model_part: ClassVar[str] = "<model-id>"
+    telemetry_name: ClassVar[str] = "aws.bedrock"
+    options: ClassVar[tuple[Option[Any], ...]] = OPTIONS
 
     def __init__(self, spec: str, environ: Mapping[str, str] | None = None) -> None:
         """Create a provider for a model.
@@ -166,349 +56,38 @@ class BedrockProvider:
             environ: unused: boto3 reads the AWS configuration chain itself.
 
         Raises:
-            ModelError: the model id is empty or an option is unknown.
+            ModelSpecError: the model id is empty or an option is unknown or invalid.
         """
-        self.model_id, self.stream, self.region = _parse_spec(spec)
+        parsed = self.parse_spec(spec)
+        self.model_id = parsed.name
+        self.stream = parsed.get(STREAM)
+        self.region = parsed.get(REGION)
+
+    @classmethod
+    def preflight(cls, parsed: ParsedSpec) -> None:
+        """Refuse to start when boto3's standard chain finds no credentials here.
+
+        Raises:
+            ModelError: no AWS credentials.
+        """
+        import boto3  # type: ignore[import-untyped]  # only when bedrock: is asked for
+
+        if boto3.session.Session().get_credentials() is None:
+            raise ModelError(
+                "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
+            )
 
     def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
         """Send the conversation to Bedrock and assemble the assistant's answer.
 
-        Args:
-            request: conversation, system prompt, tool specs, inference config.
-            on_delta: called with each text delta, and with "" for other stream events.
-
-        Returns:
-            The assistant message, stop reason and token usage.
+        Blocking (boto3): the model activity runs it in a thread. See
+        ``keel.activities.models.bedrock_calls.converse``.
 
         Raises:
-            ModelError: a failure that retrying cannot fix (bad request, context window
-                exceeded, unknown model, access denied, missing credentials or region).
-            RetryableModelError: a transient failure (throttling, server error, timeout,
-                broken stream).
+            ModelError: a failure that retrying cannot fix.
+            RetryableModelError: a transient failure (throttling, server error, broken stream).
         """
-        kwargs = build_request(self.model_id, request)
-        try:
-            client = _client(self.region)
-            key = (self.region, self.model_id)
-            if self.stream and key not in _no_stream:
-                try:
-                    return self._converse_stream(client, kwargs, on_delta)
-                except ClientError as err:
-                    if not _streaming_unsupported(err):
-                        raise
-                    logger.info(
-                        "bedrock model %s does not stream (%s); using Converse",
-                        self.model_id,
-                        _error_text(err),
-                    )
-                    with _clients_lock:
-                        _no_stream.add(key)
-            return self._converse(client, kwargs, on_delta)
-        except _BOTO_ERRORS as err:
-            raise classify_error(self.model_id, err) from err
+        from keel.activities.models import bedrock_calls
 
-    def _converse_stream(
-        self, client: Any, kwargs: dict[str, Any], on_delta: DeltaCallback
-    ) -> ModelResponse:
-        response = client.converse_stream(**kwargs)
-        stream = response["stream"]
-        assembler = StreamAssembler()
-        try:
-            for event in stream:
-                assembler.feed(event, on_delta)
-        finally:
-            stream.close()
-        return assembler.result(self.model_id)
-
-    def _converse(
-        self, client: Any, kwargs: dict[str, Any], on_delta: DeltaCallback
-    ) -> ModelResponse:
-        response = client.converse(**kwargs)
-        raw = response.get("output", {}).get("message", {}).get("content", [])
-        content: list[ContentBlock] = []
-        for block in raw:
-            converted = _output_block(block)
-            if converted is None:
-                on_delta("")
-                continue
-            on_delta(converted.text or "")
-            content.append(converted)
-        return ModelResponse(
-            message=Message(role="assistant", content=content),
-            stopReason=response.get("stopReason") or "end_turn",
-            usage=_usage(response.get("usage")),
-        )
-
-
-def build_request(model_id: str, request: ModelRequest) -> dict[str, Any]:
-    """The keyword arguments of ``converse`` / ``converse_stream`` for a request.
-
-    Messages are dumped in Python mode, so image and document bytes stay raw bytes (boto3
-    base64-encodes them itself).
-    """
-    kwargs: dict[str, Any] = {
-        "modelId": model_id,
-        "messages": [_wire_message(m) for m in request.messages],
-    }
-    if request.system:
-        kwargs["system"] = [{"text": request.system}]
-    if request.tools:
-        kwargs["toolConfig"] = {"tools": converse_tool_config(request.tools)}
-    if request.inference is not None:
-        inference = request.inference.model_dump(mode="python", exclude_none=True)
-        if inference:
-            kwargs["inferenceConfig"] = inference
-    return kwargs
-
-
-def _wire_message(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = message.model_dump(mode="python")
-    for block in data["content"]:
-        reasoning = block.get("reasoningContent")
-        if isinstance(reasoning, dict) and isinstance(reasoning.get("redactedContent"), str):
-            # bytes in a free-form dict come back from workflow history as base64 text
-            reasoning = dict(reasoning)
-            reasoning["redactedContent"] = base64.b64decode(reasoning["redactedContent"])
-            block["reasoningContent"] = reasoning
-    return data
-
-
-def _output_block(block: dict[str, Any]) -> ContentBlock | None:
-    """A Converse output block as a ContentBlock; None for kinds Keel does not keep."""
-    if "text" in block:
-        return ContentBlock(text=block["text"]) if block["text"] else None
-    kept = {k: v for k, v in block.items() if k in ("toolUse", "reasoningContent")}
-    if len(kept) != 1:
-        logger.warning("dropping bedrock output block of kind %s", sorted(block))
-        return None
-    try:
-        return ContentBlock.model_validate(kept)
-    except ValidationError as err:
-        logger.warning("dropping invalid bedrock output block %s: %s", sorted(block), err)
-        return None
-
-
-def _usage(raw: dict[str, Any] | None) -> TokenUsage:
-    raw = raw or {}
-    inputs = int(raw.get("inputTokens") or 0)
-    outputs = int(raw.get("outputTokens") or 0)
-    return TokenUsage(
-        inputTokens=inputs,
-        outputTokens=outputs,
-        totalTokens=int(raw.get("totalTokens") or inputs + outputs),
-    )
-
-
-@dataclass
-class _Block:
-    kind: str
-    parts: list[str] = field(default_factory=list)
-    tool_use_id: str = ""
-    name: str = ""
-    signature: str | None = None
-    redacted: bytes | None = None
-
-
-class StreamAssembler:
-    """Builds one assistant message from ConverseStream events, as botocore parses them."""
-
-    def __init__(self) -> None:
-        """Start with no blocks and no stop reason."""
-        self.blocks: dict[int, _Block] = {}
-        self.stop_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-
-    def feed(self, event: dict[str, Any], on_delta: DeltaCallback) -> None:
-        """Take one stream event.
-
-        Args:
-            event: ``{"<eventName>": {...}}`` as botocore yields it.
-            on_delta: called with the text of a text delta, "" for any other event.
-        """
-        if "contentBlockStart" in event:
-            body = event["contentBlockStart"]
-            start = body.get("start", {})
-            index = int(body.get("contentBlockIndex", 0))
-            if "toolUse" in start:
-                use = start["toolUse"]
-                self.blocks[index] = _Block(
-                    "toolUse", tool_use_id=use.get("toolUseId", ""), name=use.get("name", "")
-                )
-            else:
-                logger.warning("ignoring bedrock content block start %s", sorted(start))
-        elif "contentBlockDelta" in event:
-            body = event["contentBlockDelta"]
-            text = self._delta(int(body.get("contentBlockIndex", 0)), body.get("delta", {}))
-            on_delta(text)
-            return
-        elif "messageStop" in event:
-            self.stop_reason = event["messageStop"].get("stopReason") or "end_turn"
-        elif "metadata" in event:
-            self.usage = event["metadata"].get("usage")
-        on_delta("")
-
-    def _delta(self, index: int, delta: dict[str, Any]) -> str:
-        """Apply one delta; returns its text for ``on_delta`` ("" unless a text delta)."""
-        block = self.blocks.get(index)
-        if "text" in delta:
-            if block is None:
-                block = self.blocks[index] = _Block("text")
-            block.parts.append(delta["text"])
-            return str(delta["text"])
-        if "toolUse" in delta:
-            if block is None or block.kind != "toolUse":
-                logger.warning("bedrock toolUse delta for block %s without a toolUse start", index)
-                return ""
-            block.parts.append(delta["toolUse"].get("input", ""))
-        elif "reasoningContent" in delta:
-            if block is None:
-                block = self.blocks[index] = _Block("reasoningContent")
-            reasoning = delta["reasoningContent"]
-            if "text" in reasoning:
-                block.parts.append(reasoning["text"])
-            if "signature" in reasoning:
-                block.signature = reasoning["signature"]
-            if "redactedContent" in reasoning:
-                block.redacted = (block.redacted or b"") + reasoning["redactedContent"]
-        return ""
-
-    def result(self, model_id: str) -> ModelResponse:
-        """The assembled response.
-
-        Raises:
-            RetryableModelError: the stream ended without a ``messageStop`` event.
-        """
-        if self.stop_reason is None:
-            raise RetryableModelError(
-                f"bedrock model {model_id!r}: the response stream ended before messageStop "
-                f"({len(self.blocks)} content blocks received)"
-            )
-        if self.usage is None:
-            logger.warning("bedrock model %s: stream had no metadata event (usage)", model_id)
-        content: list[ContentBlock] = []
-        for index in sorted(self.blocks):
-            block = self.blocks[index]
-            joined = "".join(block.parts)
-            if block.kind == "text":
-                if joined:
-                    content.append(ContentBlock(text=joined))
-            elif block.kind == "toolUse":
-                content.append(
-                    ContentBlock.model_validate(
-                        {
-                            "toolUse": {
-                                "toolUseId": block.tool_use_id,
-                                "name": block.name,
-                                "input": self._tool_input(model_id, block, joined),
-                            }
-                        }
-                    )
-                )
-            elif block.redacted is not None:
-                content.append(ContentBlock(reasoningContent={"redactedContent": block.redacted}))
-            else:
-                reasoning: dict[str, Any] = {"text": joined}
-                if block.signature is not None:
-                    reasoning["signature"] = block.signature
-                content.append(ContentBlock(reasoningContent={"reasoningText": reasoning}))
-        return ModelResponse(
-            message=Message(role="assistant", content=content),
-            stopReason=self.stop_reason,
-            usage=_usage(self.usage),
-        )
-
-    def _tool_input(self, model_id: str, block: _Block, joined: str) -> Any:
-        if not joined.strip():
-            return {}
-        try:
-            return json.loads(joined)
-        except ValueError:
-            # e.g. max_tokens cut the input short; the workflow never runs such a tool use
-            logger.warning(
-                "bedrock model %s: toolUse %s input is not complete JSON (stop reason %s)",
-                model_id,
-                block.tool_use_id,
-                self.stop_reason,
-            )
-            return {}
-
-
-def _error_code(err: ClientError) -> str:
-    code = str(err.response.get("Error", {}).get("Code") or "")
-    return code[:1].upper() + code[1:]
-
-
-def _error_text(err: ClientError) -> str:
-    message = err.response.get("Error", {}).get("Message") or ""
-    return f"{_error_code(err) or 'error'}: {message}" if message else _error_code(err)
-
-
-def _streaming_unsupported(err: ClientError) -> bool:
-    if _error_code(err) != "ValidationException":
-        return False
-    message = str(err.response.get("Error", {}).get("Message") or "").lower()
-    unsupported = any(
-        s in message for s in ("unsupported", "not support", "doesn't support", "does not support")
-    )
-    return "stream" in message and unsupported
-
-
-def classify_error(model_id: str, err: Exception) -> Exception:
-    """The exception to raise for a boto3/botocore failure of a Bedrock call.
-
-    Args:
-        model_id: the model called, named in the message.
-        err: what boto3 raised.
-
-    Returns:
-        ``RetryableModelError`` for transient failures, ``ModelError`` for the rest.
-    """
-    name = f"bedrock model {model_id!r}"
-    if isinstance(err, ClientError):
-        code, text = _error_code(err), _error_text(err)
-        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in RETRYABLE_CODES:
-            return RetryableModelError(f"{name}: {text}")
-        if code == "ValidationException":
-            if any(hint in text.lower() for hint in CONTEXT_OVERFLOW_HINTS):
-                return ModelError(
-                    f"{name}: the conversation exceeds the model's context window ({text})"
-                )
-            return ModelError(f"{name} rejected the request: {text}")
-        if code == "AccessDeniedException":
-            return ModelError(
-                f"{name}: access denied ({text}); check IAM permissions and model access"
-            )
-        if code == "ResourceNotFoundException":
-            return ModelError(f"{name}: unknown or unavailable model ({text})")
-        if code in CREDENTIAL_CODES:
-            return ModelError(f"{name}: AWS rejected the credentials ({text})")
-        if isinstance(status, int) and (status >= 500 or status == 429):
-            return RetryableModelError(f"{name}: HTTP {status} {text}")
-        return ModelError(f"{name}: {text or type(err).__name__}")
-    if isinstance(err, NoCredentialsError):
-        return ModelError(f"{CREDENTIALS_MESSAGE} (model {model_id!r})")
-    if isinstance(err, NoRegionError):
-        return ModelError(
-            f"{name}: no AWS region configured: set AWS_REGION or AWS_DEFAULT_REGION, a "
-            "profile region, or use bedrock:<model-id>?region=<aws-region>"
-        )
-    if isinstance(err, ParamValidationError):
-        return ModelError(f"{name}: invalid request: {err}")
-    if isinstance(err, _TRANSIENT):
-        return RetryableModelError(
-            f"{name}: the connection failed or broke mid-response ({type(err).__name__}: {err})"
-        )
-    # other botocore errors: credential providers, profiles, configuration
-    return ModelError(f"{name}: {type(err).__name__}: {err}")
-
-
-__all__ = [
-    "CREDENTIALS_MESSAGE",
-    "BedrockProvider",
-    "RetryableModelError",
-    "StreamAssembler",
-    "build_request",
-    "classify_error",
-    "reset_client_cache",
-]
+        return bedrock_calls.converse(self.model_id, self.stream, self.region, request, on_delta)

@@ -13,10 +13,12 @@ import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, ValidationError
 
 from keel.activities.models.base import DeltaCallback, ModelError
+from keel.activities.models.declared import DeclaredProvider, ParsedSpec
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.contracts import KeelModel
 from keel.workflows.messages import ContentBlock, Message, TokenUsage
@@ -70,8 +72,13 @@ def _parsed(path: str, mtime_ns: int, size: int) -> Script:
         raise ModelError(f"scripted model file {path!r} is not a valid script: {err}") from err
 
 
-class ScriptedProvider:
+class ScriptedProvider(DeclaredProvider):
     """Replays ``responses[i]`` for the i-th model call of a session."""
+
+    prefix: ClassVar[str] = "scripted"
+    model_part: ClassVar[str] = "<path.json>"
+    telemetry_name: ClassVar[str] = "keel.scripted"
+    names_path: ClassVar[bool] = True
 
     def __init__(self, path: str, environ: Mapping[str, str] | None = None) -> None:
         """Create a provider for a script file.
@@ -79,10 +86,22 @@ class ScriptedProvider:
         Args:
             path: the script's path, relative to the worker's working directory or absolute.
             environ: unused (every provider is given the worker's environment).
+
+        Raises:
+            ModelSpecError: no path.
         """
-        if not path:
-            raise ModelError("scripted model spec needs a file: scripted:<path.json>")
-        self.path = Path(path)
+        self.path = Path(self.parse_spec(path).name)
+
+    @classmethod
+    def preflight(cls, parsed: ParsedSpec) -> None:
+        """Refuse to start when the script file is not here.
+
+        Raises:
+            ModelError: no such file.
+        """
+        file = Path(parsed.name).expanduser().absolute()
+        if not file.is_file():
+            raise ModelError(f"scripted model file {parsed.name!r} not found (no file {file})")
 
     async def converse(self, request: ModelRequest, on_delta: DeltaCallback) -> ModelResponse:
         """Answer with the scripted response for this point of the conversation.

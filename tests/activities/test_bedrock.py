@@ -11,12 +11,9 @@ import pytest
 
 from keel import InferenceConfig, Message
 from keel.activities.models import ModelError, resolve_model
-from keel.activities.models.bedrock import (
-    CREDENTIALS_MESSAGE,
-    BedrockProvider,
-    RetryableModelError,
-    _client,
-)
+from keel.activities.models.bedrock import BedrockProvider
+from keel.activities.models.bedrock_calls import CREDENTIALS_MESSAGE, _client
+from keel.activities.models.bedrock_wire import RetryableModelError
 from keel.workflows.activity_contracts import ModelRequest
 from keel.workflows.contracts import ToolSpec
 from tests.fakes.bedrock_server import (
@@ -348,9 +345,9 @@ def test_specs(bedrock: FakeBedrock) -> None:
     assert (provider.model_id, provider.stream, provider.region) == (MODEL, False, "eu-west-1")
     arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-x"
     assert BedrockProvider(arn).model_id == arn
-    with pytest.raises(ModelError, match="needs a model id"):
+    with pytest.raises(ModelError, match="needs a model"):
         resolve_model("bedrock:")
-    with pytest.raises(ModelError, match="unknown option"):
+    with pytest.raises(ModelError, match="bedrock has no option 'streaming'; its options"):
         BedrockProvider(f"{MODEL}?streaming=no")
 
 

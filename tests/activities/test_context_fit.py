@@ -49,7 +49,7 @@ class SmallModel:
 
 @pytest.fixture(autouse=True)
 def small(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setitem(PROVIDERS, "small", (__name__, "SmallModel"))
+    monkeypatch.setitem(PROVIDERS, "small", SmallModel)  # type: ignore[arg-type]
     SEEN.clear()
     yield
     SEEN.clear()

@@ -518,7 +518,7 @@ def test_timeout_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_error_body_shapes() -> None:
     # the fake sends OpenAI's shape; the parser also knows plain-string errors and details
-    from keel.activities.models.openai import _error_message
+    from keel.activities.models.openai_errors import error_message as _error_message
 
     assert _error_message(json.dumps({"error": "model not loaded"}).encode()) == "model not loaded"
     assert _error_message(json.dumps({"detail": "bad field"}).encode()) == "bad field"

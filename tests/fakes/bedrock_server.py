@@ -46,7 +46,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from keel.activities.models.bedrock import reset_client_cache
+from keel.activities.models.bedrock_calls import reset_client_cache
 
 DEFAULT_USAGE = {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15}
 _PATH = re.compile(r"^/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream)$")
@@ -73,11 +73,15 @@ class Reply:
 
 @dataclass
 class HttpError:
-    """An HTTP error response, as Bedrock's rest-json protocol sends it."""
+    """An HTTP error response, as Bedrock's rest-json protocol sends it.
+
+    ``retry_after`` is sent as its ``Retry-After`` header.
+    """
 
     status: int
     error_type: str
     message: str
+    retry_after: str | None = None
 
 
 @dataclass
@@ -112,6 +116,7 @@ class RecordedRequest:
     operation: str  # "converse" or "converse-stream"
     headers: dict[str, str]
     body: Any = field(default=None)
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 # ------------------------------------------------------------------------ event-stream framing
@@ -288,7 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
         if outcome is None:
             self._error(400, "ValidationException", "fake bedrock: no scripted outcome left")
         elif isinstance(outcome, HttpError):
-            self._error(outcome.status, outcome.error_type, outcome.message)
+            extra = {"Retry-After": outcome.retry_after} if outcome.retry_after else {}
+            self._error(outcome.status, outcome.error_type, outcome.message, extra)
         elif operation == "converse":
             if not isinstance(outcome, Reply):
                 self._error(500, "InternalServerException", f"fake bedrock: {outcome} streams only")
@@ -316,8 +322,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _error(self, status: int, error_type: str, message: str) -> None:
-        self._send_json(status, {"message": message}, {"x-amzn-ErrorType": error_type})
+    def _error(
+        self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        extra = {"x-amzn-ErrorType": error_type, **(headers or {})}
+        self._send_json(status, {"message": message}, extra)
 
     def _converse(self, reply: Reply) -> None:
         body = {

@@ -13,7 +13,8 @@ A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 (a free port) in a background thre
   ``[DONE]`` line (the body still ends cleanly); ``as_json=True`` answers a streaming request
   with a plain JSON body anyway. A non-streaming request gets one ``chat.completion`` body.
 * ``Failure``: an HTTP error with an OpenAI-style body
-  ``{"error": {"message": ..., "type": ..., "code": ...}}``.
+  ``{"error": {"message": ..., "type": ..., "code": ...}}`` (and a ``Retry-After`` header
+  when ``retry_after`` is set).
 * ``StreamError``: a 200 stream that sends some text, then ``data: {"error": {...}}``.
 * ``RawBody``: a 200 JSON body given whole (``{"choices": []}``, say).
 * ``EmptyStream``: a 200 event stream that ends without a single event, as llama-cpp-python
@@ -23,7 +24,8 @@ A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 (a free port) in a background thre
 its headers and before its first event), watching the connection: a client that goes away
 meanwhile is recorded in ``disconnects`` (the request's index and when) and gets no more.
 
-Every request is recorded (path, lower-cased headers, JSON body) before it is answered. When
+Every request is recorded (path, lower-cased headers, JSON body, when it arrived) before it
+is answered. When
 the queue is empty the server answers HTTP 400, so a test that under-scripts fails fast
 instead of being retried.
 
@@ -84,12 +86,13 @@ class Reply:
 
 @dataclass
 class Failure:
-    """A scripted HTTP error."""
+    """A scripted HTTP error; ``retry_after`` is sent as its ``Retry-After`` header."""
 
     status: int
     message: str
     type: str = "invalid_request_error"
     code: str | int | None = None
+    retry_after: str | None = None
 
 
 @dataclass
@@ -131,6 +134,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 def split(text: str, parts: int) -> list[str]:
@@ -243,7 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif outcome is None:
             self._error(400, "fake server: no scripted outcome left", "fake_exhausted")
         elif isinstance(outcome, Failure):
-            self._error(outcome.status, outcome.message, outcome.type, outcome.code)
+            extra = {"Retry-After": outcome.retry_after} if outcome.retry_after else {}
+            self._error(outcome.status, outcome.message, outcome.type, outcome.code, extra)
         elif isinstance(outcome, StreamError):
             self._stream_error(body, outcome)
         elif isinstance(outcome, RawBody):
@@ -272,17 +277,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------------------ answers
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
+    def _json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str, code: str | int | None = None) -> None:
-        self._json(status, {"error": {"message": message, "type": kind, "code": code}})
+    def _error(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        code: str | int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        body = {"error": {"message": message, "type": kind, "code": code}}
+        self._json(status, body, headers)
 
     def _start_stream(self) -> None:
         self.send_response(200)

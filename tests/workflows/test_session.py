@@ -18,7 +18,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory, WorkflowUpd
 from keel import AgentSession, KeelClient, Message, RequestRejected, SessionConfig
 from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import SessionInput
-from keel.workflows.messages import tool_uses
+from keel.workflows.messages import text_block, tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -486,11 +486,18 @@ async def test_a_tool_module_the_worker_lacks_fails_the_turn_clearly(
 async def test_unknown_model_spec_fails_the_turn_clearly(
     keel: KeelClient, run_worker: RunWorker
 ) -> None:
+    # KeelClient refuses it before starting anything (tests/worker/client/test_model_specs.py);
+    # a session started around it, with the raw Temporal client, fails its turn saying why
     session = sid()
+    config = SessionConfig(model="nosuch:thing")
     async with run_worker():
-        record = await keel.run(
-            session, "hi", config=SessionConfig(model="nosuch:thing"), timeout_s=30
+        await keel.client.start_workflow(
+            AgentSession.run,
+            SessionInput(config=config, prompt=[text_block("hi")]),
+            id=session,
+            task_queue=keel.task_queue,
         )
+        record = await keel.wait_turn(session, 1, timeout_s=30)
     assert record.status == "failed"
     assert record.error is not None and "unknown model spec 'nosuch:thing'" in record.error
 

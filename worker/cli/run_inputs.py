@@ -16,11 +16,17 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from keel.activities.mcp import McpServerConfig, parse_mcp_spec
-from keel.activities.models import ModelError, parse_model_spec
+from keel.activities.models import (
+    ModelError,
+    ModelSpecError,
+    check_model_spec,
+    path_prefixes,
+    preflight,
+)
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.agent_files import AgentFile, load_agent_file
 from keel.worker.client.errors import AgentFileError
-from keel.worker.client.paths import FILE_SPECS, local_path, sendable_model_spec
+from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected, normalise_history
 from keel.workflows.contracts import SessionConfig
 from keel.workflows.ledger import SessionInput
@@ -311,42 +317,51 @@ def mcp_servers(values: Sequence[str], environ: Mapping[str, str]) -> list[McpSe
     return [parse_mcp_spec(value, environ) for value in values]
 
 
-def check_model(spec: str, *, local: bool) -> None:
+def check_model(spec: str, *, local: bool, named: str = "--model") -> None:
     """Refuse a model spec that cannot work, before a session is created.
 
-    The provider must exist. When this process runs the worker (embedded mode), also check
-    what the worker would find missing: the scripted file, or AWS credentials for Bedrock.
+    The provider must exist and take the spec's options (no I/O). When this process runs the
+    worker (embedded mode), also run the provider's preflight: what the worker would find
+    missing (the scripted file, AWS credentials for Bedrock).
+
+    Args:
+        spec: the model spec.
+        local: whether this process runs the worker.
+        named: where the spec came from, to prefix a spec's error (``--model``,
+            ``KEEL_MODEL``).
 
     Raises:
         UsageError: naming the problem and how to fix it.
     """
     try:
-        prefix, rest = parse_model_spec(spec)
+        if local:
+            preflight(spec)
+        else:
+            check_model_spec(spec)
+    except ModelSpecError as err:
+        raise UsageError(f"{named}: {err}") from err
     except ModelError as err:
         raise UsageError(str(err)) from err
-    if not local:
-        return
-    if prefix == "scripted" and not local_path(rest).is_file():
-        raise UsageError(f"scripted model file {rest!r} not found (no file {local_path(rest)})")
-    if prefix == "bedrock" and missing_aws_credentials():
-        raise UsageError(
-            "no AWS credentials found for bedrock: configure a profile (AWS_PROFILE), "
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or an instance role"
-        )
 
 
-def missing_aws_credentials() -> bool:
-    """Whether boto3's standard chain finds no credentials here."""
-    import boto3  # type: ignore[import-untyped]  # only for bedrock: specs
+def check_model_given(flag: str | None, environ_model: str | None) -> None:
+    """Check ``--model`` (else ``KEEL_MODEL``) before anything reads a file or starts.
 
-    return boto3.session.Session().get_credentials() is None
+    Raises:
+        UsageError: naming ``--model`` or ``KEEL_MODEL`` and what is wrong with it.
+    """
+    if flag:
+        check_model(flag, local=False)
+    elif environ_model:
+        check_model(environ_model, local=False, named="KEEL_MODEL")
 
 
 def sendable_model(spec: str) -> str:
     """The model spec to send: its file resolved here, or as typed with a note on stderr."""
     sendable = sendable_model_spec(spec)
     provider, _, path = spec.partition(":")
-    if provider in FILE_SPECS and sendable == spec and not Path(path).expanduser().is_absolute():
+    typed_relative = not Path(path).expanduser().is_absolute()
+    if provider in path_prefixes() and sendable == spec and typed_relative:
         print(
             f"keel: note: {provider} model file {path!r} is not in {Path.cwd()}; sent as "
             "typed, for the worker to read relative to its own working directory",

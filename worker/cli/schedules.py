@@ -124,7 +124,7 @@ async def cmd_schedule_create(args: argparse.Namespace, settings: Settings) -> i
     """``keel schedule create NAME (--cron EXPR | --every DURATION) [flags] PROMPT``."""
     from keel.worker.cli.run_inputs import (
         UsageError,
-        check_model,
+        check_model_given,
         new_session_config,
         read_agent,
         sendable_model,
@@ -139,10 +139,10 @@ async def cmd_schedule_create(args: argparse.Namespace, settings: Settings) -> i
     if not prompt:
         raise UsageError("the prompt is empty")
     every = parse_duration(args.every) if args.every else None
+    check_model_given(args.model, settings.model)
     agent = read_agent(args.agent, args.model or settings.model)
     model: str | None = args.model or (agent.config.model if agent else settings.model)
     config = new_session_config(args, model, agent)
-    check_model(config.model, local=False)
     config = config.model_copy(update={"model": sendable_model(config.model)})
     async with _schedules(settings, "keel schedule create") as schedules:
         await schedules.create(

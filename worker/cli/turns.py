@@ -51,6 +51,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         UsageError,
         agent_modules,
         check_model,
+        check_model_given,
         check_start_size,
         mcp_servers,
         new_session_config,
@@ -76,10 +77,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     modules = tool_modules(args.tools)
     servers = mcp_servers(args.mcp, settings.environ)
     session = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    check_model_given(args.model, settings.model)  # before reading files or starting anything
     agent = read_agent(args.agent, args.model or settings.model)
     model: str | None = args.model or (agent.config.model if agent else settings.model)
-    if model:
-        check_model(model, local=False)  # before starting anything
     if args.detach:
         await require_lasting_server(settings, "keel run --detach")
     async with open_connection(settings, create=_say_created, port=args.port) as connection:

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from keel.activities.models import ModelSpecError, check_model_spec
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
@@ -161,6 +162,12 @@ class _Reader:
             raise self.fail(where + ("model",), "no model: set model here, or pass --model")
         if table.judge is not None:
             self.check_judge(table.judge, where + ("judge",))
+        for key, spec in (("model", model), ("judge_model", table.judge_model)):
+            try:
+                if spec is not None:
+                    check_model_spec(spec)
+            except ModelSpecError as err:
+                raise self.fail(where + (key,), str(err)) from err
         settings: dict[str, Any] = {
             "model": sendable_model_spec(model, cwd=self.path.parent),
             "system": table.system,

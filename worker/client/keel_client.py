@@ -29,6 +29,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import UpdateMethodMultiParam
 
+from keel.activities.models import ModelSpecError, check_model_spec
 from keel.activities.store import ConversationStore
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.calls import SessionCaller
@@ -200,7 +201,7 @@ class KeelClient:
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
         if config is not None:
-            _check_schemas(config)
+            _check_config(config)
         if config is None:
             return await self._update(session_id, AgentSession.prompt, update)
         start = WithStartWorkflowOperation(
@@ -246,7 +247,7 @@ class KeelClient:
             validate_prompt("user", content)
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
-        _check_schemas(config)
+        _check_config(config)
         try:
             await self.client.start_workflow(
                 AgentSession.run,
@@ -657,15 +658,28 @@ class KeelClient:
 _SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
-def _check_schemas(config: SessionConfig, where: str = "") -> None:
-    """Refuse before the session starts a schema the model activity would refuse."""
+def _check_config(config: SessionConfig, where: str = "") -> None:
+    """Refuse before the session starts what its worker would refuse.
+
+    A model spec its provider does not take (``ModelSpecError``: an unknown provider or
+    option, a value out of range), a schema the model activity would refuse.
+
+    Raises:
+        RequestRejected: naming the setting (``model``, ``judge_model``, the sub-agent).
+    """
+    for key, spec in (("model", config.model), ("judge_model", config.judge_model)):
+        try:
+            if spec is not None:
+                check_model_spec(spec)
+        except ModelSpecError as err:
+            raise RequestRejected(f"{where}{key}: {err}", kind=type(err).__name__) from err
     try:
         if config.output_schema is not None:
             check_output_schema(config.output_schema)
     except OutputSchemaError as err:
         raise RequestRejected(f"{where}{err}") from err
     for name, agent in config.agents.items():
-        _check_schemas(agent.config, f"{where}sub-agent {name}: ")
+        _check_config(agent.config, f"{where}sub-agent {name}: ")
 
 
 def _within_limits(value: object) -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Model providers whose spec, after ``<provider>:``, is the path of a file.
-FILE_SPECS = frozenset({"scripted"})
+from keel.activities.models import path_prefixes
 
 
 def local_path(path: str, *, cwd: str | os.PathLike[str] | None = None) -> Path:
@@ -38,6 +37,6 @@ def sendable_path(path: str, *, cwd: str | os.PathLike[str] | None = None) -> st
 def sendable_model_spec(spec: str, *, cwd: str | os.PathLike[str] | None = None) -> str:
     """A model spec with its file path (``scripted:<path>``) made ``sendable_path``."""
     provider, sep, rest = spec.partition(":")
-    if not sep or provider not in FILE_SPECS or not rest:
+    if not sep or provider not in path_prefixes() or not rest:
         return spec
     return f"{provider}:{sendable_path(rest, cwd=cwd)}"

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
+from keel.activities.models import telemetry_name
 from keel.worker.process.interceptors import TurnSpan, tool_status
 from keel.worker.settings import DEFAULT_SERVICE_NAME
 from keel.workflows.activity_options import MODEL_ACTIVITY
@@ -49,7 +50,6 @@ __all__ = [
 
 T = TypeVar("T")
 _FORCED_IDS: ContextVar[tuple[int, int] | None] = ContextVar("keel_forced_ids", default=None)
-_PROVIDERS = {"bedrock": "aws.bedrock", "openai": "openai", "scripted": "keel.scripted"}
 _MAX_ERROR_CHARS = 300
 
 
@@ -202,12 +202,12 @@ async def _model_call(
     input: ExecuteActivityInput,
 ) -> Any:
     spec = str(getattr(request, "model", ""))
-    provider, _, rest = spec.partition(":")
+    rest = spec.partition(":")[2]
     attributes.update(
         {
             "keel.model": spec,
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": _PROVIDERS.get(provider, provider),
+            "gen_ai.provider.name": telemetry_name(spec),
             "gen_ai.request.model": rest.split("?", 1)[0] or spec,
         }
     )

@@ -464,7 +464,7 @@ MALFORMED: list[tuple[list[str], str]] = [
     ),
     (["run", "--messages", "BAD_JSON", "hi"], "not valid JSON"),
     (["run", "--messages", "NOT_MESSAGES", "hi"], "not a list of Converse messages: 0.role:"),
-    (["run", "--model", "gpt5:turbo", "hi"], "keel: unknown model spec 'gpt5:turbo'"),
+    (["run", "--model", "gpt5:turbo", "hi"], "keel: --model: unknown model spec 'gpt5:turbo'"),
     (["worker", "--max-concurrent-activities", "many"], "keel: --max-concurrent-activities"),
     (["worker", "--bogus"], "unrecognized arguments: --bogus"),
     (["dev", "--port", "x"], "keel dev: argument --port: 'x' is not a port (a number from 1"),

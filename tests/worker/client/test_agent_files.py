@@ -99,6 +99,17 @@ output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }}
         ),
         ('system = "no model anywhere"\n', "model", None),
         ('model = "scripted:x"\nnotify = ["ftp://files.example/drop"]\n', "notify", 2),
+        ('system = "s"\nmodel = "openai:llama3?timeout=abc"\n', "model", 2),
+        (
+            'model = "scripted:x"\n[agents.a]\ndescription = "d"\nmodel = "gpt5:x"\n',
+            "agents.a.model",
+            4,
+        ),
+        (
+            'model = "scripted:x"\njudge = "model"\njudge_model = "bedrock:m?colour=red"\n',
+            "judge_model",
+            3,
+        ),
     ],
 )
 def test_invalid_files_name_key_and_line(
@@ -111,6 +122,16 @@ def test_invalid_files_name_key_and_line(
     assert f": {key}: " in message
     if line is not None:
         assert f"agent.toml:{line}:" in message and f"(line {line})" in message
+
+
+def test_a_bad_model_option_names_the_option_what_it_takes_key_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, 'system = "s"\nmodel = "openai:llama3?timeout=abc"\n')
+    with pytest.raises(AgentFileError) as caught:
+        load_agent_file(path)
+    assert str(caught.value) == (
+        f"{path}:2: model: option timeout of openai takes a number of seconds > 0, got 'abc' "
+        "(line 2)"
+    )
 
 
 def test_notify_urls_from_the_file(tmp_path: Path) -> None:
