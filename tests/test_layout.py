@@ -1,4 +1,5 @@
-"""The code's shape: one installed name, one public face, no import cycles, no upward arrows."""
+"""The code's shape: one installed name, one path per file, one public face, no import cycles,
+no upward arrows."""
 
 from __future__ import annotations
 
@@ -6,23 +7,27 @@ import ast
 import importlib
 import importlib.metadata
 import re
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+KEEL = ROOT / "keel"
 PACKAGES = ("workflows", "activities", "worker")
 
 
 def module_name(path: Path) -> str:
-    parts = ["keel", *path.relative_to(ROOT).with_suffix("").parts]
+    parts = ["keel", *path.relative_to(KEEL).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def keel_modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((KEEL / pkg).rglob("*.py"))}
 
 
 def imports_of(path: Path, known: set[str]) -> set[str]:
@@ -116,9 +121,14 @@ def test_keel_is_the_one_installed_name() -> None:
 def test_the_public_face_names_what_it_has() -> None:
     keel = importlib.import_module("keel")
     where = vars(keel)["_WHERE"]
-    assert sorted(where) == keel.__all__
+    assert sorted(where) == keel.__all__ and len(keel.__all__) > 40
     for name in keel.__all__:
         assert getattr(keel, name) is getattr(importlib.import_module(where[name]), name)
+    # written once: in the stub, one line each; the module itself names none of them
+    stub = (KEEL / "__init__.pyi").read_text()
+    assert all(stub.count(f" import {name} as {name}\n") == 1 for name in keel.__all__)
+    face = (KEEL / "__init__.py").read_text()
+    assert [n for n in keel.__all__ if re.search(rf"\b{n}\b", face.split('"""')[2])] == []
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -133,7 +143,8 @@ def test_nothing_imports_keel_by_its_old_top_level_names() -> None:
     offenders = [
         str(p.relative_to(ROOT))
         for p in ROOT.rglob("*.py")
-        if ".git" not in p.parts and "keel" not in p.relative_to(ROOT).parts[:1]
+        if ".git" not in p.parts
+        and "keel" not in p.relative_to(ROOT).parts[:1]
         and "samples-app" not in p.parts  # a user's app: its own workflows and activities
         and old.search(p.read_text())
     ]
@@ -143,9 +154,9 @@ def test_nothing_imports_keel_by_its_old_top_level_names() -> None:
 # Code that may read the environment itself, and why.
 READS_ENVIRONMENT = {
     # the one place Keel reads its settings
-    "worker/settings.py",
+    "keel/worker/settings.py",
     # an example tool: tools are the user's code, and may read their own environment
-    "activities/examples/workspace.py",
+    "keel/activities/examples/workspace.py",
 }
 
 
@@ -155,7 +166,56 @@ def test_only_the_settings_read_the_environment() -> None:
     found = [
         str(path.relative_to(ROOT))
         for package in PACKAGES
-        for path in sorted((ROOT / package).rglob("*.py"))
+        for path in sorted((KEEL / package).rglob("*.py"))
         if str(path.relative_to(ROOT)) not in READS_ENVIRONMENT and reads.search(path.read_text())
     ]
     assert found == []
+
+
+def test_each_file_has_one_path_and_one_module_name() -> None:
+    """The code lives in keel/; the top-level folders are links into it, for the layout.
+
+    So the wheel, mypy (``packages = ["keel"]``), coverage (``source_pkgs``) and ruff each
+    read a file once, under its one module name.
+    """
+    assert [str(p.relative_to(ROOT)) for p in KEEL.rglob("*") if p.is_symlink()] == []
+    for package in PACKAGES:
+        link = ROOT / package
+        assert link.is_symlink() and link.resolve() == (KEEL / package).resolve(), link
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["mypy"]["packages"] == ["keel"] and "files" not in config["tool"]["mypy"]
+    assert config["tool"]["coverage"]["run"]["source_pkgs"] == ["keel"]
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["keel", "keel.*"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--show-files", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    checked = [Path(f).resolve() for f in shown if f.endswith(".py")]
+    assert checked and len(checked) == len(set(checked)), "ruff reads a file twice"
+    through_links = [
+        f
+        for f in shown
+        if Path(f).is_absolute()
+        and any(Path(f).is_relative_to(ROOT / package) for package in PACKAGES)
+    ]
+    assert through_links == []
+
+
+@pytest.mark.parametrize(
+    ("package", "module"),
+    [("workflows", "contracts"), ("activities", "tools"), ("worker", "shell")],
+)
+def test_a_package_under_a_second_name_fails_at_once(package: str, module: str) -> None:
+    """``workflows.contracts`` beside ``keel.workflows.contracts`` would be two classes."""
+    for name in (package, f"{package}.{module}"):
+        run = subprocess.run(
+            [sys.executable, "-c", f"import {name}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 1, run.stderr
+        assert f"import keel.{package} instead" in run.stderr.splitlines()[-1], run.stderr

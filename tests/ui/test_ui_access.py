@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from keel import KeelClient
-from keel.worker.server.connection import TemporalUnreachable
+from keel.worker.process.configured import TemporalUnreachable
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running
 from keel.worker.ui.source import KeelSource

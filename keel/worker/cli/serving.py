@@ -59,7 +59,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     from keel.worker.cli.ui import build_app, ui_source
     from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
     from keel.worker.process.serve import run_until_signalled
-    from keel.worker.server.connection import connect_configured
+    from keel.worker.process.configured import connect_configured
     from keel.worker.server.devserver import DevServer, port_free
     from keel.worker.settings import Settings
     from keel.worker.shell import command

@@ -7,3 +7,9 @@ state), ``contracts`` and ``activity_contracts`` (typed inputs and outputs), ``b
 
 Internal to Keel: what users need is imported from ``keel`` (``keel/__init__.py``).
 """
+
+if __name__ != "keel.workflows":  # the repository's top-level link, imported under its own name
+    raise ImportError(
+        f"{__name__} is keel.workflows under a second name: import keel.workflows instead "
+        "(the top-level folder is only a link into keel/)"
+    )

@@ -11,39 +11,30 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
-import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
-from temporalio.runtime import Runtime as TemporalRuntime
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
+from keel.worker.process.configured import connect_configured
 from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.server.dev_record import read_record
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from keel.worker.server.tool_files import tool_entries
-from keel.worker.settings import ClientOptions, ConfigError, Settings
+from keel.worker.settings import Settings
 from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
 
-_DESCRIBE_TIMEOUT = timedelta(seconds=10)
 _SAID: set[str] = set()  # the servers named on the terminal already
-
-
-class TemporalUnreachable(RuntimeError):
-    """No Temporal server answers at the configured address."""
 
 
 class NoServerFound(Exception):
@@ -118,81 +109,6 @@ class TemporalConnection:
         )
         async with worker:
             yield
-
-
-def client_options(settings: Settings) -> ClientOptions:
-    """The checked connection settings (TLS, API key, gRPC metadata).
-
-    Raises:
-        ConfigError: an invalid setting (the CLI exits 2), naming the variable and the problem.
-    """
-    return settings.client_options()
-
-
-async def connect_configured(
-    settings: Settings, *, runtime: TemporalRuntime | None = None
-) -> tuple[Client, str]:
-    """Connect to ``TEMPORAL_ADDRESS`` (or the default address when unset).
-
-    TLS, the API key and gRPC metadata come from the settings (``Settings.client_options``).
-
-    Args:
-        settings: process settings.
-        runtime: the temporalio runtime for the client (SDK metrics); default the global one.
-
-    Raises:
-        ConfigError: an invalid connection setting, or a namespace the server does not have.
-        TemporalUnreachable: naming the address and what went wrong.
-    """
-    address = settings.address or DEFAULT_ADDRESS
-    options = client_options(settings)
-    try:
-        client = await connect(
-            address,
-            settings.namespace,
-            tls=options.tls,
-            api_key=options.api_key,
-            rpc_metadata=options.rpc_metadata,
-            runtime=runtime,
-            keyring=settings.keyring(),
-        )
-    except RuntimeError as err:
-        hint = (
-            "is the server there? (TEMPORAL_ADDRESS)"
-            if settings.address
-            else "set TEMPORAL_ADDRESS, or run `keel dev`"
-        )
-        raise TemporalUnreachable(
-            f"cannot reach Temporal at {address}: {_reason(err)}; {hint}"
-        ) from err
-    await check_namespace(client, address)
-    return client, address
-
-
-async def check_namespace(client: Client, address: str) -> None:
-    """Make sure the server has the client's namespace.
-
-    Without this, a mistyped ``TEMPORAL_NAMESPACE`` shows much later, as a session that is
-    not found. A server that does not let the client describe its namespace is trusted.
-
-    Raises:
-        ConfigError: the server has no such namespace.
-    """
-    request = wsv1.DescribeNamespaceRequest(namespace=client.namespace)
-    try:
-        await client.workflow_service.describe_namespace(request, timeout=_DESCRIBE_TIMEOUT)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise ConfigError(
-                f"TEMPORAL_NAMESPACE: Temporal at {address} has no namespace {client.namespace!r}"
-            ) from err
-        logger.info("cannot describe namespace %s: %s", client.namespace, err)
-
-
-def _reason(err: RuntimeError) -> str:
-    """The OS's words in temporalio's connection error (which quotes Rust's), else all of it."""
-    said = re.findall(r'message: "([^"]+)"', str(err))
-    return said[-1] if said else str(err)
 
 
 async def lasting_server(settings: Settings) -> Settings | None:

@@ -33,7 +33,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """``keel deploy status [NAME]``: versions, routing, open sessions per version."""
     from keel.worker.cli.run_inputs import UsageError
     from keel.worker.client.deployments import deployment_status
-    from keel.worker.server.connection import connect_configured
+    from keel.worker.process.configured import connect_configured
 
     name = args.deployment or settings.deployment
     if not name:
@@ -83,7 +83,7 @@ async def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
     """``keel deploy promote NAME ID [--ramp PERCENT]``: route new sessions to a version."""
     from keel.worker.cli.run_inputs import UsageError
     from keel.worker.client.deployments import promote
-    from keel.worker.server.connection import connect_configured
+    from keel.worker.process.configured import connect_configured
 
     ramp = args.ramp
     if ramp is not None and not 0 <= ramp <= 100:
@@ -106,7 +106,7 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     from keel.activities.tools import load_tool_modules
     from keel.worker.cli.run_inputs import UsageError, tool_modules
     from keel.worker.process.replay_check import check_sessions
-    from keel.worker.server.connection import connect_configured
+    from keel.worker.process.configured import connect_configured
     from keel.workflows.session import AgentSession
 
     if args.limit is not None and args.limit < 1:

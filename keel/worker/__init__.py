@@ -14,3 +14,9 @@ Rooms, one concern each:
 
 Internal to Keel: what users need is imported from ``keel`` (``keel/__init__.py``).
 """
+
+if __name__ != "keel.worker":  # the repository's top-level link, imported under its own name
+    raise ImportError(
+        f"{__name__} is keel.worker under a second name: import keel.worker instead "
+        "(the top-level folder is only a link into keel/)"
+    )

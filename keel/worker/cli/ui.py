@@ -100,7 +100,8 @@ def ui_source(settings: Settings, client: Client | None = None) -> KeelSource:
     To ``TEMPORAL_ADDRESS``, else to the ``keel dev`` serving this folder's ``KEEL_HOME``,
     else to the default address.
     """
-    from keel.worker.server.connection import connect_configured, dev_server
+    from keel.worker.process.configured import connect_configured
+    from keel.worker.server.connection import dev_server
     from keel.worker.ui.source import KeelSource
 
     if client is not None:

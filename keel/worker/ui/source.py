@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.server.connection import TemporalUnreachable
+from keel.worker.process.configured import TemporalUnreachable
 from keel.worker.signing import ApproverKey
 from keel.workflows.contracts import SessionConfig
 

@@ -21,7 +21,7 @@ from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_
 from keel.worker.process.health import HealthServer
 from keel.worker.process.stream_server import StreamConfig, stream_endpoint
 from keel.worker.process.telemetry import configure_logging, metrics_runtime
-from keel.worker.server.connection import client_options, connect_configured
+from keel.worker.process.configured import connect_configured
 from keel.worker.settings import ConfigError, Settings, WorkerSettings
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ async def serve_worker(
         McpServerError: an MCP server did not start, or two sources define one tool.
     """
     configure_logging(config.log_format, config.log_level)
-    client_options(settings)  # check TLS files and the like before opening any port
+    settings.client_options()  # check TLS files and the like before opening any port
     version = settings.deployment_version()
     # a bad KEEL_STREAM_LISTEN: exit 2 now, before any port opens
     stream_endpoint(StreamConfig.of(settings.stream_listen, settings.stream_advertise))
