@@ -106,9 +106,9 @@ output_schema = {{ type = "object", properties = {{ fact = {{ type = "string" }}
             4,
         ),
         (
-            'model = "scripted:x"\njudge = "model"\njudge_model = "bedrock:m?colour=red"\n',
+            'model = "scripted:x"\njudge_model = "bedrock:m?colour=red"\n',
             "judge_model",
-            3,
+            2,
         ),
     ],
 )
