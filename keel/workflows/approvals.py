@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
+from keel.workflows.interrupt_kinds import kind_of, refusal
 from keel.workflows.signing import BadSignature, approval_message, fingerprint, verify
 from keel.workflows.standing import signed_value
 
@@ -53,8 +54,9 @@ def check_decision(
             is missing or does not verify.
     """
     interrupt = _pending(interrupts, decision.interrupt_id)
-    if interrupt.kind != "approval":
-        raise InputRejected(f"interrupt {interrupt.id!r} is a {interrupt.kind}; use respond")
+    refused = refusal(interrupt, "decide")
+    if refused is not None:
+        raise InputRejected(refused)
     _check_person(config, decision.approver, "decision")
     messages = [
         approval_message(
@@ -88,8 +90,9 @@ def check_answer(
             where the session wants signed answers.
     """
     interrupt = _pending(interrupts, answer.interrupt_id)
-    if interrupt.kind != "question":
-        raise InputRejected(f"interrupt {interrupt.id!r} is an {interrupt.kind}; use decide")
+    refused = refusal(interrupt, "respond")
+    if refused is not None:
+        raise InputRejected(refused)
     _check_person(config, answer.responder, "answer")
     messages = [
         approval_message(
@@ -167,13 +170,4 @@ def denial_text(interrupt: Interrupt) -> str:
     """The error toolResult text the model sees for a denied or timed-out tool use."""
     who = f" by {interrupt.decided_by}" if interrupt.decided_by else ""
     why = interrupt.decision_reason or "no reason given"
-    if interrupt.status == "timed_out" and interrupt.kind == "approval":
-        return f"tool use {interrupt.name!r} was not approved in time and did not run: {why}"
-    tool = interrupt.tool_use.name
-    if interrupt.kind == "question":
-        if interrupt.status == "timed_out":
-            return f"tool {tool!r} asked {interrupt.name!r} and got no answer in time: {why}"
-        return f"tool {tool!r} asked {interrupt.name!r} and got no answer: {why}"
-    if interrupt.status == "cancelled":
-        return f"tool use {tool!r} did not run: {why}"
-    return f"tool use {tool!r} was denied{who} and did not run: {why}"
+    return kind_of(interrupt).model_text(interrupt, who=who, why=why)

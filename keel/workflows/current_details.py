@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from keel.workflows.interrupt_kinds import fields, kind_of
 from keel.workflows.ledger import Ledger
 
 
@@ -38,13 +39,7 @@ def current_details(
     turn = ledger.current_turn
     lines = []
     for interrupt in ledger.pending_interrupts():
-        if interrupt.kind == "approval":
-            lines.append(f"waiting for approval: {interrupt.name}, interrupt {interrupt.id}")
-        else:
-            lines.append(
-                f"waiting for an answer: {interrupt.tool_use.name} asks {interrupt.name!r}, "
-                f"interrupt {interrupt.id}"
-            )
+        lines.append(kind_of(interrupt).waiting.format(**fields(interrupt)))
     for call in ledger.waiting_client_calls():
         lines.append(
             f"waiting for a client to run {call.tool_use.name} (keel attach), call {call.id}"

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         StandingApproval,
     )
     from keel.workflows.handlers import UpdateAnswers, expect
+    from keel.workflows.interrupt_kinds import kind_of
     from keel.workflows.ledger import Ledger
     from keel.workflows.standing import check_standing, covers
     from keel.workflows.sub_agents import SubAgents
@@ -143,7 +144,7 @@ class Decisions:
             status: InterruptStatus = "approved" if message.decision == "approve" else "denied"
             key = signer_fingerprint(self._config, message.approver)
             self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
-            if message.always and status == "approved" and interrupt.kind == "approval":
+            if message.always and status == "approved" and kind_of(interrupt).standing:
                 approval = StandingApproval(
                     tool=interrupt.tool_use.name,
                     when=message.always_when,
@@ -164,7 +165,7 @@ class Decisions:
         """Other calls of the tool that wait now and pass its tests are approved with it."""
         for waiting in self._ledger.pending_interrupts():
             if (
-                waiting.kind == "approval"
+                kind_of(waiting).standing
                 and waiting.tool_use.name == approval.tool
                 and waiting.id not in self._ledger.mirrored
                 and covers(approval.when, waiting.tool_use.input)

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.contracts import Interrupt, Notification, SessionConfig, TurnRecord
     from keel.workflows.cycle import text_of
+    from keel.workflows.interrupt_kinds import Verb, fields, kind_of
     from keel.workflows.ledger import Ledger
 
 # How much of the turn's last answer a ``turn_ended`` event carries.
@@ -65,6 +66,12 @@ def where(url: str) -> str:
     return match.group(1) if match else "?"
 
 
+def _verb_command(verb: Verb, session: str, interrupt_id: str) -> str:
+    """``keel VERB SESSION ID [ARG]`` for a notification, the session quoted for a shell."""
+    arg = f" {_quoted(verb.placeholder)}" if verb.placeholder else ""
+    return f"keel {verb.name} {session} {interrupt_id}{arg}{verb.suffix}"
+
+
 def interrupt_event(session: str, interrupt: Interrupt, at: str) -> dict[str, Any]:
     """The ``interrupt`` event of an interrupt that just opened.
 
@@ -75,20 +82,13 @@ def interrupt_event(session: str, interrupt: Interrupt, at: str) -> dict[str, An
     """
     use, s, i = interrupt.tool_use, _quoted(session), interrupt.id
     quoted_input = _clip(json.dumps(use.input, sort_keys=True), TEXT_QUOTE_CHARS)
-    if interrupt.kind == "question":
-        command = f"keel respond {s} {i} '<answer: JSON or text>'"
-        deny = None
-        text = (
-            f"Keel session {session}: tool {use.name} asks ({interrupt.name}): "
-            f"{interrupt.reason}. Answer: {command}"
-        )
-    else:
-        command = f"keel approve {s} {i}"
-        deny = f"keel deny {s} {i} --reason '...'"
-        text = (
-            f"Keel session {session} waits for approval: {interrupt.reason}: "
-            f"{use.name} {quoted_input}. Approve: {command}"
-        )
+    spec = kind_of(interrupt)
+    offered = {verb.name: _verb_command(verb, s, i) for verb in spec.offered()}
+    command = offered[spec.verbs[0]]
+    deny = offered.get("deny")
+    text = spec.notice.format(
+        **fields(interrupt), session=session, input=quoted_input, command=command
+    )
     return {
         "id": f"{session}/interrupt/{i}",
         "event": "interrupt",

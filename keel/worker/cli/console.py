@@ -71,12 +71,11 @@ def print_interrupts(
 
     ``extra``: words the commands need after their arguments (``--mcp NAME=COMMAND``).
     """
+    from keel.workflows.interrupt_kinds import fields, kind_of
+
     for interrupt in interrupts:
         use = interrupt.tool_use
-        if interrupt.kind == "question":
-            print(f"question from tool {use.name!r} ({interrupt.name}): {interrupt.reason}")
-        else:
-            print(f"waiting for approval: {interrupt.reason}")
+        print(kind_of(interrupt).heading.format(**fields(interrupt)))
         print(f"  id:    {interrupt.id}")
         print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
@@ -87,14 +86,17 @@ def print_interrupts(
 
 
 def decide_commands(session: str, interrupt: Interrupt, extra: Sequence[str] = ()) -> list[str]:
-    """The commands that decide an interrupt, quoted for a shell (see ``keel.worker.shell``)."""
-    if interrupt.kind == "question":
-        answer = "<answer: JSON or text>"
-        return [command("keel", "respond", session, interrupt.id, answer, *extra)]
-    return [
-        command("keel", "approve", session, interrupt.id, *extra),
-        command("keel", "deny", session, interrupt.id, *extra) + " --reason '...'",
-    ]
+    """The commands that decide an interrupt, quoted for a shell (see ``keel.worker.shell``).
+
+    Its kind's verbs, in order (``keel.workflows.interrupt_kinds``).
+    """
+    from keel.workflows.interrupt_kinds import kind_of
+
+    lines = []
+    for verb in kind_of(interrupt).offered():
+        arg = [verb.placeholder] if verb.placeholder else []
+        lines.append(command("keel", verb.name, session, interrupt.id, *arg, *extra) + verb.suffix)
+    return lines
 
 
 def print_turn(session: str, record: TurnRecord, as_json: bool, extra: Sequence[str] = ()) -> int:

@@ -424,6 +424,7 @@ async def _follow_turn(
     """``_finish_turn``'s work."""
     from keel.worker.cli.follow import Follower
     from keel.worker.client.errors import RequestRejected
+    from keel.workflows.interrupt_kinds import kind_of
 
     out = _progress_out(args)
     extra = _mcp_words(args)
@@ -436,7 +437,7 @@ async def _follow_turn(
             break
         for interrupt in asked:
             try:
-                if interrupt.kind == "question":
+                if kind_of(interrupt).update == "respond":
                     value = await ask_question(interrupt)
                     if value is None:
                         record = await keel.turn(session, turn_id)

@@ -13,6 +13,7 @@ from typing import Any
 
 from keel.worker.client.reading import SessionSummary
 from keel.workflows.contracts import Interrupt, SessionState
+from keel.workflows.interrupt_kinds import fields, kind_of
 from keel.workflows.messages import ContentBlock, Message, ToolResult
 from keel.workflows.standing import describe
 
@@ -121,7 +122,14 @@ def conversation(messages: list[Message]) -> list[MessageView]:
 
 @dataclass(frozen=True)
 class InterruptView:
-    """A pending interrupt, with what the person needs to decide it."""
+    """A pending interrupt, with what the person needs to decide it.
+
+    Attributes:
+        heading: the heading's text before and after the tool's name (shown as code).
+        update: the form that decides it: ``decide`` (buttons) or ``respond`` (an answer).
+        verbs: the decisions offered (``approve``, ``deny``, ``respond``), from its kind.
+        standing: whether "Approve always" is offered.
+    """
 
     id: str
     kind: str
@@ -130,22 +138,34 @@ class InterruptView:
     reason: str
     input: Shown
     expires_at: str | None
+    heading: tuple[str, str] = ("", "")
+    update: str = "decide"
+    verbs: tuple[str, ...] = ()
+    standing: bool = False
 
 
 def interrupts(pending: list[Interrupt]) -> list[InterruptView]:
-    """The pending interrupts, oldest first."""
-    return [
-        InterruptView(
-            id=i.id,
-            kind=i.kind,
-            tool=i.tool_use.name,
-            name=i.name,
-            reason=i.reason,
-            input=Shown.of(pretty(i.tool_use.input)),
-            expires_at=i.expires_at,
-        )
-        for i in pending
-    ]
+    """The pending interrupts, oldest first; each shown as its kind declares."""
+    return [_interrupt(i) for i in pending]
+
+
+def _interrupt(interrupt: Interrupt) -> InterruptView:
+    spec = kind_of(interrupt)
+    said = fields(interrupt)
+    before, _, after = spec.page_heading.partition("{tool}")
+    return InterruptView(
+        id=interrupt.id,
+        kind=interrupt.kind,
+        tool=interrupt.tool_use.name,
+        name=interrupt.name,
+        reason=interrupt.reason,
+        input=Shown.of(pretty(interrupt.tool_use.input)),
+        expires_at=interrupt.expires_at,
+        heading=(before.format(**said), after.format(**said)),
+        update=spec.update,
+        verbs=spec.verbs,
+        standing=spec.standing,
+    )
 
 
 @dataclass(frozen=True)

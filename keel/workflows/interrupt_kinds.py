@@ -1,0 +1,157 @@
+"""The interrupt kinds, each declared once: what decides it, and how it is shown to a person.
+
+The workflow's checks (which update a kind takes, which may stand for later calls, what the
+model reads when it did not go ahead) and every view (the CLI's lines and commands, the web
+page's heading and buttons, a notification's text and commands, the session's status line)
+read a kind's declaration here instead of testing its name. A new kind is its name in
+``InterruptKind`` (``keel.workflows.contracts``), its declaration in ``KINDS``, and the code
+that opens it; a new verb (the ``keel`` command that decides it) also needs that command.
+
+Pure module: imported by workflow code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from keel.workflows.contracts import Interrupt
+
+# The update (and signal) a person's decision arrives by: ``decide`` carries a ``Decision``
+# (approve or deny), ``respond`` an ``Answer`` (a value).
+Update = Literal["decide", "respond"]
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A ``keel`` command that decides an interrupt: ``keel VERB SESSION ID [ARG] [SUFFIX]``.
+
+    Attributes:
+        name: the command (``approve``, ``deny``, ``respond``).
+        update: the update it sends.
+        placeholder: the argument a person fills in, shown as is (``respond``'s answer).
+        suffix: what the offered line ends with, for the person to edit (``--reason '...'``).
+    """
+
+    name: str
+    update: Update
+    placeholder: str | None = None
+    suffix: str = ""
+
+
+VERBS: dict[str, Verb] = {
+    "approve": Verb("approve", "decide"),
+    "deny": Verb("deny", "decide", suffix=" --reason '...'"),
+    "respond": Verb("respond", "respond", placeholder="<answer: JSON or text>"),
+}
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One interrupt kind, as the workflow checks it and as the views show it.
+
+    Text templates are ``str.format`` strings over ``fields(interrupt)`` (``id``, ``tool``,
+    ``tool_use_id``, ``name``, ``reason``) and, where said, more.
+
+    Attributes:
+        name: the kind (``Interrupt.kind``).
+        noun: the kind with its article, as a refusal names it (``an approval``).
+        verbs: the commands that decide it, in the order they are offered (``VERBS``).
+        standing: an approval of it may stand for the tool's later calls (``--always``).
+        heading: how the CLI heads it for a person.
+        waiting: the session's status line while it waits.
+        page_heading: the web page's heading; ``{tool}`` is shown as code.
+        notice: a notification's text; also ``{session}``, ``{input}`` (the tool input as
+            JSON, clipped) and ``{command}`` (the first verb's command).
+        model_texts: what the model reads when it closes without going ahead, by status
+            (``*``: any other); also ``{who}`` (`` by APPROVER`` or nothing) and ``{why}``.
+    """
+
+    name: str
+    noun: str
+    verbs: tuple[str, ...]
+    standing: bool
+    heading: str
+    waiting: str
+    page_heading: str
+    notice: str
+    model_texts: Mapping[str, str]
+
+    @property
+    def update(self) -> Update:
+        """The update a decision of this kind arrives by (that of its verbs)."""
+        return VERBS[self.verbs[0]].update
+
+    def offered(self) -> list[Verb]:
+        """The commands a person is offered, in order."""
+        return [VERBS[verb] for verb in self.verbs]
+
+    def model_text(self, interrupt: Interrupt, **more: Any) -> str:
+        """What the model reads for an interrupt of this kind that closed without going ahead."""
+        template = self.model_texts.get(interrupt.status) or self.model_texts["*"]
+        return template.format(**fields(interrupt), **more)
+
+
+KINDS: dict[str, KindSpec] = {
+    "approval": KindSpec(
+        name="approval",
+        noun="an approval",
+        verbs=("approve", "deny"),
+        standing=True,
+        heading="waiting for approval: {reason}",
+        waiting="waiting for approval: {name}, interrupt {id}",
+        page_heading="Approve {tool}?",
+        notice=(
+            "Keel session {session} waits for approval: {reason}: {tool} {input}. "
+            "Approve: {command}"
+        ),
+        model_texts={
+            "timed_out": "tool use {name!r} was not approved in time and did not run: {why}",
+            "cancelled": "tool use {tool!r} did not run: {why}",
+            "*": "tool use {tool!r} was denied{who} and did not run: {why}",
+        },
+    ),
+    "question": KindSpec(
+        name="question",
+        noun="a question",
+        verbs=("respond",),
+        standing=False,
+        heading="question from tool {tool!r} ({name}): {reason}",
+        waiting="waiting for an answer: {tool} asks {name!r}, interrupt {id}",
+        page_heading="{tool} asks: {name}",
+        notice="Keel session {session}: tool {tool} asks ({name}): {reason}. Answer: {command}",
+        model_texts={
+            "timed_out": "tool {tool!r} asked {name!r} and got no answer in time: {why}",
+            "*": "tool {tool!r} asked {name!r} and got no answer: {why}",
+        },
+    ),
+}
+
+
+def kind_of(interrupt: Interrupt) -> KindSpec:
+    """The declaration of an interrupt's kind."""
+    return KINDS[interrupt.kind]
+
+
+def fields(interrupt: Interrupt) -> dict[str, Any]:
+    """What the text templates of a kind name: its id, tool, tool_use_id, name and reason."""
+    return {
+        "id": interrupt.id,
+        "tool": interrupt.tool_use.name,
+        "tool_use_id": interrupt.tool_use.toolUseId,
+        "name": interrupt.name,
+        "reason": interrupt.reason,
+    }
+
+
+def refusal(interrupt: Interrupt, update: Update) -> str | None:
+    """Why an update does not decide an interrupt of this kind; None when it does.
+
+    Example:
+        ``interrupt 'abc' is a question; use respond`` for a ``decide`` naming a question.
+    """
+    spec = kind_of(interrupt)
+    if spec.update == update:
+        return None
+    return f"interrupt {interrupt.id!r} is {spec.noun}; use {spec.update}"
