@@ -318,7 +318,8 @@ class SessionCaller:
         due = NOTICE_AFTER_S
         while True:
             await asyncio.sleep(max(0.0, sent + due - loop.time()))
+            waited = loop.time() - sent  # when it looked, not after the server answered
             workers = await pollers(self.client, await self.session_task_queue(session_id))
             failing = await self.task_failure(session_id)
-            self.on_waiting(WorkerWait(session_id, loop.time() - sent, workers, failing))
+            self.on_waiting(WorkerWait(session_id, waited, workers, failing))
             due += NOTICE_EVERY_S
