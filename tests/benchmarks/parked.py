@@ -74,7 +74,7 @@ from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFa
 from temporalio.service import RPCError
 
 from keel import KeelClient, SessionConfig, connect, open_store
-from keel.worker.client.keel_client import POLL_MAX_S, POLL_START_S
+from keel.worker.client.writing import POLL_MAX_S, POLL_START_S
 from tests.benchmarks.cold_resume import WorkerProcess as KeelWorker
 from tests.benchmarks.floor import PARKED_WORKFLOW, TIMEOUT, FloorParked
 from tests.benchmarks.process_stats import cpu_seconds, rss_bytes

@@ -421,7 +421,10 @@ async def approve_as_soon_as_shown(
 
 
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
-    from keel.worker.client.keel_client import _settling
+    from keel.worker.client.calls import settling
+
+    async def _settling(send: Any) -> str:
+        return await settling(send, "UnknownInterrupt")
 
     calls: list[str] = []
 

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from keel.worker.client.errors import SessionNotFound
-from keel.worker.client.keel_client import SETTLED, KeelClient
+from keel.worker.client.keel_client import KeelClient
+from keel.worker.client.writing import SETTLED
 from keel.worker.client.streams import TextChunk
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 

@@ -5,8 +5,10 @@ not by the Temporal server. With no worker there, Temporal keeps an update waiti
 as the caller waits, and lets a query time out, or fails it with ``FAILED_PRECONDITION`` once no
 worker has polled the queue for a while. ``SessionCaller`` turns such a query failure into
 ``NoWorker``, or asks again; while a request waits, it can report a ``WorkerWait`` now and then.
-``SessionReader`` and ``KeelClient`` hold one and send every call through it. The errors are
-defined in ``keel.worker.client.errors``.
+``SessionCaller`` is the base of ``KeelClient``'s parts (``SessionReader``, ``SessionWriter``,
+``SessionDecider``, ``ClientTools``): it holds the state they share (the client, the task
+queue, the store) and sends every call. The errors are defined in
+``keel.worker.client.errors``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.workflow import UpdateMethodMultiParam
 
+from keel.activities.store import ConversationStore
 from keel.activities.store.encrypted import EncryptionKeyError
 from keel.worker.client.errors import (
     NoWorker,
@@ -38,10 +43,13 @@ from keel.worker.client.errors import (
     SessionNotFound,
     WorkerWait,
 )
+from keel.workflows.limits import InputRejected, check_input
+from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 # A request that a worker has not answered after this long is reported, then again every
 # NOTICE_EVERY_S seconds while it waits.
@@ -137,17 +145,54 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
         raise
 
 
+# A query can show an interrupt (or a client-side call) before the workflow task that opens it
+# has run: it replays the events the server has, the model call's result among them, while the
+# task that will process that result is still waiting. A request sent at once joins that task,
+# and Temporal validates it before the result, so what it names is not there yet. Rejected
+# updates write nothing, so the same request is sent again, a few times, over about 1.5 s.
+SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+async def settling(send: Callable[[], Awaitable[T]], kind: str) -> T:
+    """``send()``; again while it is rejected (``RequestRejected``) with this ``kind``.
+
+    ``kind`` is the error the session rejects a request with when what it names is not there
+    yet (``UnknownInterrupt``, ``UnknownClientCall``); see ``SETTLE_DELAYS_S``.
+    """
+    for delay in SETTLE_DELAYS_S:
+        try:
+            return await send()
+        except RequestRejected as err:
+            if err.kind != kind:
+                raise
+        await asyncio.sleep(delay)
+    return await send()
+
+
+def within_limits(value: object) -> None:
+    """Refuse an input over a limit before it is sent (``RequestRejected``, as the session).
+
+    The limits are ``keel.workflows.limits``'s.
+    """
+    try:
+        check_input(value)
+    except InputRejected as err:
+        raise RequestRejected(str(err), kind=InputRejected.__name__) from err
+
+
 class SessionCaller:
     """Sends requests to sessions on one task queue, mapping Temporal's errors to Keel's.
 
     It holds what every call needs: the client, the task queue, how long a query may wait and
-    what to do while it waits, and the task queue of each session it has described.
+    what to do while it waits, and the task queue of each session it has described; and the
+    workers' conversation store, for the reader. ``KeelClient`` is one (by inheritance).
     """
 
     def __init__(
         self,
         client: Client,
         task_queue: str,
+        store: ConversationStore | None = None,
         *,
         query_timeout_s: float | None = None,
         wait_for_worker: bool = False,
@@ -158,6 +203,8 @@ class SessionCaller:
         Args:
             client: the Temporal client.
             task_queue: the workers' task queue (of new sessions, and of listings).
+            store: the workers' conversation store, to read messages of earlier runs (after
+                continue-as-new) for ``state``; without it, ``state`` of such a session fails.
             query_timeout_s: how long a query may wait for a worker to answer (default:
                 as long as Temporal lets it).
             wait_for_worker: when a query finds no worker to answer it, ask again until one
@@ -167,12 +214,17 @@ class SessionCaller:
         """
         self.client = client
         self.task_queue = task_queue
+        self.store = store
         self.query_timeout = (
             timedelta(seconds=query_timeout_s) if query_timeout_s is not None else None
         )
         self.wait_for_worker = wait_for_worker
         self.on_waiting = on_waiting
         self._queues: dict[str, str] = {}
+
+    def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
+        """The workflow handle of a session."""
+        return self.client.get_workflow_handle_for(AgentSession.run, session_id)
 
     async def exists(self, session_id: str) -> bool:
         """Whether a session with this id exists (running or not)."""
@@ -225,7 +277,7 @@ class SessionCaller:
         if workers.none:
             raise NoWorker(session_id, workers)
 
-    async def call(self, session_id: str, call: Awaitable[T]) -> T:
+    async def _call(self, session_id: str, call: Awaitable[T]) -> T:
         """``call_session``, telling a closed session from a missing one."""
         try:
             return await call_session(session_id, call)
@@ -233,7 +285,7 @@ class SessionCaller:
             await self.check_open(session_id)
             raise
 
-    async def ask(
+    async def _ask(
         self, session_id: str, send: Callable[[], Awaitable[T]], *, query: bool = True
     ) -> T:
         """Send a query or update, which a worker must answer, and wait for the answer.
@@ -252,7 +304,7 @@ class SessionCaller:
         try:
             while True:
                 try:
-                    return await self.call(session_id, send())
+                    return await self._call(session_id, send())
                 except RPCError as err:
                     if not query or _cancelling():
                         raise
@@ -275,6 +327,21 @@ class SessionCaller:
                 notices.cancel()
                 with suppress(asyncio.CancelledError):
                     await notices
+
+    async def _update(
+        self, session_id: str, update: UpdateMethodMultiParam[[AgentSession, P], T], arg: P
+    ) -> T:
+        """Send an update to the session and wait for a worker's answer.
+
+        An input over a limit (``keel.workflows.limits``) is refused here, as the session
+        would refuse it, before it is sent.
+        """
+        within_limits(arg)
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).execute_update(update, arg),
+            query=False,
+        )
 
     async def task_failure(self, session_id: str) -> str | None:
         """Why the session's workflow task keeps failing, if it has failed more than once.

@@ -1,4 +1,4 @@
-"""Client-side tools, run on the user's machine: ``ToolServer`` (``keel attach``, ``KeelClient``).
+"""Client-side tools, run on the user's machine: ``ClientTools`` (``keel attach``, ``KeelClient``).
 
 A tool declared ``@tool(runs_on="client")`` is a contract on the workers and a body here. A
 client attached to a session imports the same tool modules, asks the session which calls
@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from keel.activities.tools import (
@@ -38,7 +38,7 @@ from keel.activities.tools import (
     load_tool_modules,
     registered_tools,
 )
-from keel.worker.client.calls import SessionCaller
+from keel.worker.client.calls import SessionCaller, settling
 from keel.worker.client.errors import NoWorker, RequestRejected
 from keel.workflows.client_tools import UnknownClientCall
 from keel.workflows.contracts import ClientCall, ClientResult, ClientResultAck
@@ -52,9 +52,6 @@ POLL_S = 0.5
 LIVENESS_EVERY_S = 5.0
 # A poll that no worker answers within this long is given up, and asked again.
 QUERY_TIMEOUT = timedelta(seconds=10)
-# A query can show a call before the workflow task that publishes it has run; a result sent
-# then names a call not there yet, so it is sent again a few times, over about 1.5 s.
-_SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 # A delivery that could not reach the session (Temporal, no worker) is tried again this often.
 _DELIVERY_RETRY_S = (0.5, 1.0, 2.0, 5.0)
 
@@ -76,28 +73,23 @@ class ServedCall:
     refused: str | None = None
 
 
-class ToolServer:
-    """Runs a session's client-side tool calls here and delivers their results."""
+class ClientTools(SessionCaller):
+    """Runs a session's client-side tool calls here and delivers their results.
 
-    def __init__(self, caller: SessionCaller) -> None:
-        """Reach sessions through ``caller``."""
-        self.caller = caller
+    Client-side tools are ``@tool(runs_on="client")``; ``KeelClient`` is one of these.
+    """
 
-    def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
-        """The workflow handle of a session."""
-        return self.caller.client.get_workflow_handle_for(AgentSession.run, session_id)
-
-    async def waiting(self, session_id: str) -> list[ClientCall]:
-        """The calls of client-side tools waiting for a client, oldest first."""
-        view = await self.caller.ask(
+    async def client_calls(self, session_id: str) -> list[ClientCall]:
+        """The calls of client-side tools that wait for a client, oldest first."""
+        view = await self._ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.client_calls, rpc_timeout=self.caller.query_timeout or QUERY_TIMEOUT
+                AgentSession.client_calls, rpc_timeout=self.query_timeout or QUERY_TIMEOUT
             ),
         )
         return view.calls
 
-    async def deliver(
+    async def tool_result(
         self,
         session_id: str,
         call_id: str,
@@ -108,7 +100,7 @@ class ToolServer:
         client: str | None = None,
         update_id: str | None = None,
     ) -> ClientResultAck:
-        """Deliver a result for a waiting call (the validated ``tool_result`` update).
+        """Deliver a client-side tool's result (the validated ``tool_result`` update).
 
         Args:
             session_id: the session.
@@ -139,7 +131,7 @@ class ToolServer:
         update = update_id or idempotency_key
 
         async def send() -> ClientResultAck:
-            return await self.caller.ask(
+            return await self._ask(
                 session_id,
                 lambda: self.handle(session_id).execute_update(
                     AgentSession.tool_result, result, id=update
@@ -147,16 +139,9 @@ class ToolServer:
                 query=False,
             )
 
-        for delay in _SETTLE_DELAYS_S:
-            try:
-                return await send()
-            except RequestRejected as err:
-                if err.kind != UnknownClientCall.__name__:
-                    raise
-            await asyncio.sleep(delay)
-        return await send()
+        return await settling(send, UnknownClientCall.__name__)
 
-    async def serve(
+    async def serve_tools(
         self,
         session_id: str,
         modules: Sequence[str | ModuleType],
@@ -166,7 +151,12 @@ class ToolServer:
         stop_after: int | None = None,
         on_call: Callable[[ServedCall], None] | None = None,
     ) -> int:
-        """Run the session's client-side tool calls here until it ends.
+        """Run the session's calls of client-side tools in this process, until it ends.
+
+        What ``keel attach SESSION --tools MODULE`` does: ask the session for waiting calls,
+        run those of the tools ``modules`` define as ``@tool(runs_on="client")``, and deliver
+        each result (``tool_result``). Cancel the task to stop; the calls left wait for the
+        next client.
 
         Args:
             session_id: the session to serve.
@@ -178,7 +168,7 @@ class ToolServer:
             on_call: told of each call served, and of what the session answered.
 
         Returns:
-            How many calls this client served.
+            How many calls were served (once the session ended, or ``stop_after`` were).
 
         Raises:
             ToolModuleError: a module cannot be imported or has no client-side tools.
@@ -202,7 +192,7 @@ class ToolServer:
         try:
             while stop_after is None or len(served) < stop_after:
                 try:
-                    calls = await self.waiting(session_id)
+                    calls = await self.client_calls(session_id)
                 except NoWorker as err:  # no worker answers for now: the calls wait, so do we
                     logger.warning("%s; asking again", err)
                     calls = []
@@ -226,7 +216,7 @@ class ToolServer:
                     break
                 if not calls and not running and loop.time() - checked >= LIVENESS_EVERY_S:
                     checked = loop.time()
-                    status = await self.caller.status(session_id)
+                    status = await self.status(session_id)
                     if status != WorkflowExecutionStatus.RUNNING:
                         break
                 await asyncio.sleep(poll_s)
@@ -245,7 +235,7 @@ class ToolServer:
             error = f"{cut} [...]"  # the session takes no longer error
         for pause in (*_DELIVERY_RETRY_S, None):
             try:
-                ack = await self.deliver(
+                ack = await self.tool_result(
                     session_id,
                     call.id,
                     call.idempotency_key,

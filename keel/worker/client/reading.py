@@ -1,7 +1,7 @@
 """The reading part of the Python API: session state, events, streamed text, listings.
 
-``SessionReader`` reads through a ``SessionCaller`` and writes nothing to any session's
-history; ``KeelClient`` (``keel.worker.client.keel_client``) holds one and delegates to it.
+``SessionReader`` is a ``SessionCaller`` that reads and writes nothing to any session's
+history; ``KeelClient`` (``keel.worker.client.keel_client``) is one, by inheritance.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from typing import TypeVar
 from temporalio.client import (
     WorkflowExecution,
     WorkflowExecutionStatus,
-    WorkflowHandle,
     WorkflowQueryFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.activities.store import ConversationStore, StoreError
+from keel.activities.store import StoreError
 from keel.worker.client.calls import SessionCaller
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.schedules import SCHEDULED_BY
@@ -88,27 +87,12 @@ async def _history_of(session_id: str, events: AsyncIterator[T]) -> AsyncIterato
         raise
 
 
-class SessionReader:
+class SessionReader(SessionCaller):
     """Reads ``AgentSession`` workflows: queries, history, visibility; never writes.
 
-    Every query goes through ``caller`` (which waits for, or reports, a missing worker);
-    listings are of the caller's task queue.
+    Every query goes through ``_ask`` (which waits for, or reports, a missing worker);
+    listings are of this client's task queue.
     """
-
-    def __init__(self, caller: SessionCaller, store: ConversationStore | None = None) -> None:
-        """Read through ``caller``.
-
-        Args:
-            caller: how calls to sessions are made (client, task queue, query timeout).
-            store: the workers' conversation store, to read messages of earlier runs (after
-                continue-as-new) for ``state``; without it, ``state`` of such a session fails.
-        """
-        self.caller = caller
-        self.store = store
-
-    def handle(self, session_id: str) -> WorkflowHandle[AgentSession, object]:
-        """The workflow handle of a session."""
-        return self.caller.client.get_workflow_handle_for(AgentSession.run, session_id)
 
     async def config(self, session_id: str) -> SessionConfig:
         """The configuration a session was started with, read from its history.
@@ -118,21 +102,21 @@ class SessionReader:
         Raises:
             SessionNotFound: no such session.
         """
-        events = self.caller.client.get_workflow_handle(session_id).fetch_history_events()
+        events = self.client.get_workflow_handle(session_id).fetch_history_events()
         async for event in _history_of(session_id, events):
             if event.HasField("workflow_execution_started_event_attributes"):
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                [start] = await self.caller.client.data_converter.decode(payloads, [SessionInput])
+                [start] = await self.client.data_converter.decode(payloads, [SessionInput])
                 assert isinstance(start, SessionInput)
                 return start.config
         raise SessionNotFound(f"session {session_id!r} has no start event")
 
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record."""
-        return await self.caller.ask(
+        return await self._ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.turn, turn_id, rpc_timeout=self.caller.query_timeout
+                AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
             ),
         )
 
@@ -145,10 +129,10 @@ class SessionReader:
             StoreError: a message of an earlier run cannot be read from the store.
         """
         query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state = await self.caller.ask(
+        state = await self._ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.state, query, rpc_timeout=self.caller.query_timeout
+                AgentSession.state, query, rpc_timeout=self.query_timeout
             ),
         )
         if include_messages and (state.base is not None or state.result_refs):
@@ -169,10 +153,10 @@ class SessionReader:
 
     async def pending(self, session_id: str) -> PendingView:
         """What the running turn holds outside the conversation."""
-        return await self.caller.ask(
+        return await self._ask(
             session_id,
             lambda: self.handle(session_id).query(
-                AgentSession.pending, rpc_timeout=self.caller.query_timeout
+                AgentSession.pending, rpc_timeout=self.query_timeout
             ),
         )
 
@@ -210,11 +194,11 @@ class SessionReader:
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         failing = False
-        timeout = self.caller.query_timeout or FOLLOW_QUERY_TIMEOUT
+        timeout = self.query_timeout or FOLLOW_QUERY_TIMEOUT
         while True:
             query = StateQuery(events_since=since, include_messages=False)
             try:
-                state = await self.caller.ask(
+                state = await self._ask(
                     session_id,
                     partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
                 )
@@ -276,9 +260,9 @@ class SessionReader:
         Raises:
             SessionNotFound: no such session.
         """
-        handle = self.caller.client.get_workflow_handle(session_id)
+        handle = self.client.get_workflow_handle(session_id)
         return await heartbeat_snapshot(
-            self.caller.client, await self.caller.call(session_id, handle.describe())
+            self.client, await self._call(session_id, handle.describe())
         )
 
     def model_text(self, session_id: str, *, poll_s: float = 0.2) -> AsyncIterator[TextChunk]:
@@ -304,10 +288,10 @@ class SessionReader:
             new call (or a retry, which starts over at offset 0); a chunk with ``end`` closes
             one. It ends when the session's workflow stops running; break out of it to stop.
         """
-        client = self.caller.client
+        client = self.client
         handle = client.get_workflow_handle(session_id)
         return follow_model_text(
-            client, lambda: self.caller.call(session_id, handle.describe()), poll_s=poll_s
+            client, lambda: self._call(session_id, handle.describe()), poll_s=poll_s
         )
 
     async def streamed_text(self, session_id: str) -> tuple[int, str] | None:
@@ -332,8 +316,8 @@ class SessionReader:
             limit: at most this many sessions.
             query_timeout_s: how long to wait for each running session's answer.
         """
-        query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.caller.task_queue}"'
-        executions = [e async for e in self.caller.client.list_workflows(query, limit=limit)]
+        query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.task_queue}"'
+        executions = [e async for e in self.client.list_workflows(query, limit=limit)]
         executions.sort(key=lambda e: e.start_time, reverse=True)
         timeout = timedelta(seconds=query_timeout_s)
         return list(await asyncio.gather(*(self._summary(e, timeout) for e in executions)))
@@ -380,7 +364,7 @@ class SessionReader:
 
     async def _running(self, session_id: str) -> bool:
         try:
-            description = await self.caller.client.get_workflow_handle(session_id).describe()
+            description = await self.client.get_workflow_handle(session_id).describe()
         except RPCError as err:
             logger.info("cannot describe session %s: %s", session_id, err)
             return True

@@ -1,0 +1,178 @@
+"""What a person decides, through the Python API: approvals, answers, standing approvals.
+
+``SessionDecider`` is a ``SessionReader`` that sends the validated ``decide`` and ``respond``
+updates (signed when the session has approver keys) and revokes standing approvals;
+``KeelClient`` is one, by inheritance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from temporalio.workflow import UpdateMethodMultiParam
+
+from keel.worker.client.calls import settling
+from keel.worker.client.reading import SessionReader
+from keel.worker.signing import ApproverKey
+from keel.workflows.approvals import UnknownInterrupt
+from keel.workflows.contracts import (
+    Answer,
+    Condition,
+    Decision,
+    InterruptAck,
+    RevokeAck,
+    RevokeInput,
+    StandingApproval,
+)
+from keel.workflows.session import AgentSession
+from keel.workflows.standing import signed_value
+
+P = TypeVar("P")
+
+
+class SessionDecider(SessionReader):
+    """Answers what a session asks a person: approvals, questions, standing approvals."""
+
+    async def decide(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        decision: Literal["approve", "deny"],
+        *,
+        reason: str | None = None,
+        approver: str | None = None,
+        key: ApproverKey | None = None,
+        always: bool = False,
+        always_when: Sequence[Condition] = (),
+    ) -> InterruptAck:
+        """Approve or deny a pending interrupt (the validated ``decide`` update).
+
+        Args:
+            session_id: the session.
+            interrupt_id: the pending interrupt (see ``pending``).
+            decision: ``approve`` or ``deny``.
+            reason: why; the model sees it when denied.
+            approver: who decides; checked against the session's approvers.
+            key: the approver's private key, to sign with (sessions with approver keys).
+            always: approve this call and stand for the tool's later calls in the session
+                (a standing approval; see ``policy`` and ``revoke``).
+            always_when: tests a later call's input must pass to be covered
+                (``keel.workflows.standing.parse_conditions`` reads them from text).
+
+        Raises:
+            RequestRejected: the id is unknown or no longer pending, the approver is not
+                allowed, or the signature is missing or wrong; nothing was written to the
+                session's history.
+        """
+        update = Decision(
+            interrupt_id=interrupt_id,
+            decision=decision,
+            reason=reason,
+            approver=approver,
+            always=always,
+            always_when=list(always_when),
+        )
+        what = signed_value(update)
+
+        async def sign() -> None:
+            update.signature = await self._signature(
+                key, session_id, interrupt_id, "decide", what, reason, approver
+            )
+
+        return await self._answer_interrupt(session_id, AgentSession.decide, update, sign)
+
+    async def policy(self, session_id: str) -> list[StandingApproval]:
+        """The session's standing approvals: tools whose later calls run without asking."""
+        return (await self.pending(session_id)).standing
+
+    async def revoke(self, session_id: str, tool: str, *, by: str | None = None) -> RevokeAck:
+        """End a tool's standing approval; its next call asks a person again.
+
+        Raises:
+            RequestRejected: the tool has no standing approval, or ``by`` is not an approver.
+        """
+        return await self._update(session_id, AgentSession.revoke, RevokeInput(tool=tool, by=by))
+
+    async def respond(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        value: Any,
+        *,
+        responder: str | None = None,
+        key: ApproverKey | None = None,
+    ) -> InterruptAck:
+        """Answer a tool's question (the validated ``respond`` update).
+
+        Args:
+            session_id: the session.
+            interrupt_id: the question's interrupt id.
+            value: the answer, any JSON value.
+            responder: who answers; checked against the session's approvers.
+            key: the responder's private key, to sign with (sessions with approver keys).
+
+        Raises:
+            RequestRejected: the id is unknown, no longer pending or not a question, the
+                responder is not allowed, or the signature is missing or wrong; nothing was
+                written to the session's history.
+        """
+        update = Answer(interrupt_id=interrupt_id, value=value, responder=responder)
+
+        async def sign() -> None:
+            update.signature = await self._signature(
+                key, session_id, interrupt_id, "respond", value, None, responder
+            )
+
+        return await self._answer_interrupt(session_id, AgentSession.respond, update, sign)
+
+    async def _answer_interrupt(
+        self,
+        session_id: str,
+        update: UpdateMethodMultiParam[[AgentSession, P], InterruptAck],
+        arg: P,
+        sign: Callable[[], Awaitable[None]],
+    ) -> InterruptAck:
+        """``decide`` and ``respond``: the update, sent again while its interrupt is not there yet.
+
+        ``sign`` signs ``arg`` before each try, for the interrupt as the session shows it
+        then. See ``keel.worker.client.calls.SETTLE_DELAYS_S``.
+        """
+
+        async def send() -> InterruptAck:
+            await sign()
+            return await self._update(session_id, update, arg)
+
+        return await settling(send, UnknownInterrupt.__name__)
+
+    async def _signature(
+        self,
+        key: ApproverKey | None,
+        session_id: str,
+        interrupt_id: str,
+        kind: Literal["decide", "respond"],
+        what: Any,
+        reason: str | None,
+        who: str | None,
+    ) -> str | None:
+        """The approver's signature for the interrupt as the session shows it; None without a key.
+
+        Signed over what the session shows now (its tool, input and signing version) and this
+        client's namespace. An interrupt the session does not show as pending gets no
+        signature: the session refuses the request for that reason (unknown, or decided).
+        """
+        if key is None:
+            return None
+        shown = await self.pending(session_id)
+        interrupt = next((i for i in shown.interrupts if i.id == interrupt_id), None)
+        if interrupt is None:
+            return None
+        return key.sign_for(
+            interrupt,
+            namespace=self.client.namespace,
+            session_id=session_id,
+            kind=kind,
+            what=what,
+            reason=reason,
+            approver=who,
+        )

@@ -1,0 +1,270 @@
+"""The writing part of the Python API: prompts, turns, guidance, cancel, close.
+
+``SessionWriter`` is a ``SessionReader`` that also changes sessions: it starts them, queues
+prompts, waits for turns, steers, cancels and closes. What a person decides (approvals,
+answers, standing approvals) is ``SessionDecider``'s (``keel.worker.client.deciding``).
+``KeelClient`` is both, by inheritance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import WithStartWorkflowOperation
+from temporalio.common import (
+    AutoUpgradeVersioningOverride,
+    VersioningOverride,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from keel.activities.models import ModelSpecError, check_model_spec
+from keel.activities.structured import OutputSchemaError, check_output_schema
+from keel.worker.client.calls import within_limits
+from keel.worker.client.errors import RequestRejected
+from keel.worker.client.reading import SessionReader
+from keel.workflows.boundary import InputRejected, validate_prompt
+from keel.workflows.contracts import (
+    CancelAck,
+    CancelInput,
+    CloseInput,
+    PromptAck,
+    PromptInput,
+    SessionConfig,
+    SteerAck,
+    SteerInput,
+    TurnRecord,
+)
+from keel.workflows.ledger import SessionInput
+from keel.workflows.messages import ContentBlock, Message, text_block
+from keel.workflows.session import AgentSession
+
+# A turn in one of these states is over.
+ENDED = frozenset({"completed", "failed", "cancelled"})
+# A turn in one of these states waits for nobody but a human, or is over.
+SETTLED = ENDED | {"awaiting_human"}
+# ``wait_turn`` polls the turn query this often at first, backing off to POLL_MAX_S.
+POLL_START_S = 0.05
+POLL_MAX_S = 0.5
+
+
+def versioning_override(config: SessionConfig) -> VersioningOverride | None:
+    """How a new session overrides its workers' versioning: auto-upgrade when it asks to.
+
+    Versioned workers pin a session to the version it started on; ``config.auto_upgrade``
+    moves it to the deployment's current version at each workflow task instead. Unversioned
+    workers ignore it.
+    """
+    return AutoUpgradeVersioningOverride() if config.auto_upgrade else None
+
+
+def _content(prompt: str | Sequence[ContentBlock]) -> list[ContentBlock]:
+    return [text_block(prompt)] if isinstance(prompt, str) else list(prompt)
+
+
+async def _collect_start_error(start: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Retrieve the error temporalio also set on a failed start's handle.
+
+    When update-with-start fails before the workflow starts, temporalio sets the error on the
+    start operation's handle future as well. Nobody awaits that future here, so asyncio would
+    log "Future exception was never retrieved" with a traceback when the garbage collector
+    frees it, long after the caller got its clean error. Python 3.11 formats that traceback
+    with ``ast.parse``; run inside another ``ast.parse``, it fails that one with
+    ``SystemError`` (CPython gh-106905).
+    """
+    waiter = asyncio.ensure_future(start.workflow_handle())
+    await asyncio.sleep(0)  # one loop turn: the waiter has seen a future that is settled
+    if waiter.done():
+        if not waiter.cancelled():
+            waiter.exception()
+    else:  # the call failed before any answer from the server: the handle was never settled
+        waiter.cancel()
+
+
+class SessionWriter(SessionReader):
+    """Changes ``AgentSession`` workflows: starts them, prompts, steers, cancels, closes."""
+
+    async def prompt(
+        self,
+        session_id: str,
+        prompt: str | Sequence[ContentBlock],
+        *,
+        config: SessionConfig | None = None,
+        messages: Sequence[Message] = (),
+    ) -> PromptAck:
+        """Send a prompt, starting the session if it does not run yet.
+
+        Args:
+            session_id: the session (workflow) id.
+            prompt: text, or user content blocks.
+            config: the session's configuration; needed when the session is new, ignored
+                when it already runs.
+            messages: history to import into a new session.
+
+        Raises:
+            RequestRejected: the prompt was refused; nothing was queued.
+        """
+        update = PromptInput(content=_content(prompt))
+        try:  # refuse before sending, as the session would: a huge payload hurts the session
+            validate_prompt(update.role, update.content)
+        except InputRejected as err:
+            raise RequestRejected(str(err)) from err
+        if config is None:
+            return await self._update(session_id, AgentSession.prompt, update)
+        _check_config(config)
+        start = WithStartWorkflowOperation(
+            AgentSession.run,
+            SessionInput(config=config, messages=list(messages)),
+            id=session_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            versioning_override=versioning_override(config),
+        )
+        try:
+            return await self._ask(
+                session_id,
+                lambda: self.client.execute_update_with_start_workflow(
+                    AgentSession.prompt, update, start_workflow_operation=start
+                ),
+                query=False,
+            )
+        except BaseException:  # a cancelled caller too: the handle may hold an error still
+            await _collect_start_error(start)
+            raise
+
+    async def start(
+        self,
+        session_id: str,
+        prompt: str | Sequence[ContentBlock],
+        *,
+        config: SessionConfig,
+        messages: Sequence[Message] = (),
+    ) -> PromptAck:
+        """Start a new session with its first prompt, without waiting for any worker.
+
+        The prompt travels in the start input (``SessionInput.prompt``) and becomes turn 1;
+        unlike ``prompt``, nothing waits for a worker to accept it, so a caller can start a
+        job and walk away (``keel run --detach``).
+
+        Raises:
+            RequestRejected: the prompt or a schema was refused, or a session with this id
+                exists (running or closed); nothing was started.
+        """
+        content = _content(prompt)
+        try:
+            validate_prompt("user", content)
+        except InputRejected as err:
+            raise RequestRejected(str(err)) from err
+        _check_config(config)
+        try:
+            await self.client.start_workflow(
+                AgentSession.run,
+                SessionInput(config=config, messages=list(messages), prompt=content),
+                id=session_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                versioning_override=versioning_override(config),
+            )
+        except WorkflowAlreadyStartedError as err:
+            raise RequestRejected(f"session {session_id!r} exists already") from err
+        return PromptAck(turn_id=1, queued_behind=0)
+
+    async def wait_turn(
+        self,
+        session_id: str,
+        turn_id: int,
+        *,
+        timeout_s: float | None = None,
+        through_interrupts: bool = False,
+    ) -> TurnRecord:
+        """Wait until a turn has ended or waits for a human.
+
+        Polls the ``turn`` query (queries write nothing to history), backing off from 50 ms
+        to 500 ms.
+
+        Args:
+            session_id: the session.
+            turn_id: the turn, as ``prompt`` answered.
+            timeout_s: give up after this long.
+            through_interrupts: keep waiting while the turn waits for a human (an approval
+                timeout, or a decision sent by someone else, will move it on).
+
+        Raises:
+            TimeoutError: ``timeout_s`` passed first.
+        """
+        delay = POLL_START_S
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while True:
+            record = await self.turn(session_id, turn_id)
+            if record.status in (ENDED if through_interrupts else SETTLED):
+                return record
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX_S)
+
+    async def run(
+        self,
+        session_id: str,
+        prompt: str | Sequence[ContentBlock],
+        *,
+        config: SessionConfig | None = None,
+        messages: Sequence[Message] = (),
+        timeout_s: float | None = None,
+    ) -> TurnRecord:
+        """Send a prompt and wait for its turn to settle."""
+        ack = await self.prompt(session_id, prompt, config=config, messages=messages)
+        return await self.wait_turn(session_id, ack.turn_id, timeout_s=timeout_s)
+
+    async def cancel(self, session_id: str, reason: str = "cancelled by user") -> CancelAck:
+        """Cancel the running turn.
+
+        Raises:
+            RequestRejected: no turn is running.
+        """
+        return await self._update(session_id, AgentSession.cancel, CancelInput(reason=reason))
+
+    async def steer(self, session_id: str, text: str) -> SteerAck:
+        """Add guidance that the running turn's next model call sees.
+
+        Raises:
+            RequestRejected: no turn is running, or the text is empty.
+        """
+        return await self._update(session_id, AgentSession.steer, SteerInput(text=text))
+
+    async def close(self, session_id: str, reason: str = "closed by user") -> None:
+        """Ask the session to finish its queued turns and end."""
+        within_limits(CloseInput(reason=reason))
+        await self._call(
+            session_id,
+            self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
+        )
+
+
+def _check_config(config: SessionConfig, where: str = "") -> None:
+    """Refuse before the session starts what its worker would refuse.
+
+    A model spec its provider does not take (``ModelSpecError``: an unknown provider or
+    option, a value out of range), a schema the model activity would refuse.
+
+    Raises:
+        RequestRejected: naming the setting (``model``, ``judge_model``, the sub-agent).
+    """
+    for key, spec in (("model", config.model), ("judge_model", config.judge_model)):
+        try:
+            if spec is not None:
+                check_model_spec(spec)
+        except ModelSpecError as err:
+            raise RequestRejected(f"{where}{key}: {err}", kind=type(err).__name__) from err
+    try:
+        if config.output_schema is not None:
+            check_output_schema(config.output_schema)
+    except OutputSchemaError as err:
+        raise RequestRejected(f"{where}{err}") from err
+    for name, agent in config.agents.items():
+        _check_config(agent.config, f"{where}sub-agent {name}: ")
