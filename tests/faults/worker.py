@@ -22,7 +22,7 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from keel import Settings, connect, open_store
+from keel import KeelPlugin, Settings, connect, open_store
 from keel.worker.process.assembly import build_worker
 from keel.worker.settings import WorkerSettings
 
@@ -50,7 +50,7 @@ async def main() -> None:
     # which would add the workflow and the activities back to each side
     config = built.config(active_config=True)
     config.pop("client", None)
-    config.pop("plugins", None)
+    [plugin] = [p for p in config.pop("plugins", []) if isinstance(p, KeelPlugin)]
     # as serve.py does for ``keel worker``
     sticky = WorkerSettings.load().sticky_timeout_s
     config["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=sticky)
@@ -68,7 +68,7 @@ async def main() -> None:
         await _wait_at(args.gate, stop)
     if stop.is_set():
         return
-    async with worker:
+    async with plugin.serving(), worker:  # the stream endpoint, as the plugin's run gives it
         await stop.wait()
 
 

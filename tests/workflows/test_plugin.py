@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,6 +15,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from keel import ConversationStore, Interrupt, KeelClient, KeelPlugin
+from keel.activities.tools import ToolModuleError
+from keel.worker.process.stream_server import StreamConfig, stream_endpoint
+from keel.worker.settings import ConfigError
 from tests.fakes.pipeline_workflow import Pipeline, PipelineInput, PipelineResult, prepare, publish
 from tests.helpers.encryption import history_payload_data, new_key, store_bytes
 from tests.helpers.fixture_types import Script
@@ -189,3 +196,90 @@ async def test_the_plugin_is_the_one_worker_assembly(
     kept = own.config(active_config=True)
     assert kept.get("build_id") == "mine"
     assert kept.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=10)
+
+
+def listening_sockets() -> set[str]:
+    """The inodes of the TCP sockets this process listens on (Linux ``/proc``)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                mine.add(link[len("socket:[") : -1])
+    listening = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    listening.add(fields[9])
+    return mine & listening
+
+
+async def test_a_plugin_made_binds_imports_and_opens_nothing_until_a_worker_runs(
+    client: Client,
+    task_queue: str,
+    script: Script,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    marker = tmp_path / "imported"
+    module = f"marker_tools_{tag}"
+    (tmp_path / f"{module}.py").write_text(
+        "from pathlib import Path\n"
+        "from keel import tool\n"
+        f"Path({str(marker)!r}).write_text('imported')\n"
+        f"@tool(name='marker_{tag}')\n"
+        "def marked(text: str) -> str:\n"
+        '    """Echo."""\n'
+        "    return text\n"
+    )
+    store_dir = tmp_path / "plugin-store"
+    monkeypatch.setenv("KEEL_STORE", str(store_dir))
+    # a configuration of its own: no other test's endpoint is this one
+    monkeypatch.setenv("KEEL_STREAM_ADVERTISE", "127.0.0.1")
+    before = listening_sockets()
+
+    plugin = KeelPlugin(tool_modules=[str(tmp_path / f"{module}.py")])
+    # a client-only use: connected with the plugin, to talk to sessions
+    user = await Client.connect(
+        client.service_client.config.target_host, namespace=client.namespace, plugins=[plugin]
+    )
+    keel = KeelClient(user, task_queue, plugin.store)
+    assert listening_sockets() == before
+    assert not marker.exists() and module not in sys.modules
+    assert not store_dir.exists()
+    endpoint = StreamConfig.of("127.0.0.1:0", "127.0.0.1")
+    assert stream_endpoint(endpoint) is None
+
+    worker = Worker(user, task_queue=task_queue, max_cached_workflows=0)  # configured here
+    assert marker.read_text() == "imported" and module in sys.modules
+    assert listening_sockets() == before  # bound when it runs, not when it is built
+    async with worker:
+        config = script([respond(text("done"))], tool_modules=[module])
+        record = await keel.run(f"lazy-{tag}", "go", config=config, timeout_s=30)
+        assert record.status == "completed"  # a session, end to end, on the worker
+        streams = stream_endpoint(endpoint)
+        assert streams is not None
+        port = int(streams.base_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the endpoint answers while the worker runs
+        assert len(listening_sockets() - before) == 1
+    assert stream_endpoint(endpoint) is None  # closed when the worker stopped
+    assert listening_sockets() == before
+    assert store_dir.exists()  # the session's conversation, written by the worker
+
+
+async def test_what_is_wrong_surfaces_when_a_worker_is_configured(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = KeelPlugin(tool_modules=["tests.no_such_tools"])  # made: nothing looked at yet
+    with pytest.raises(ToolModuleError, match="'tests.no_such_tools' not found"):
+        Worker(client, task_queue=task_queue, plugins=[missing])
+    monkeypatch.setenv("KEEL_JUDGE_TIMEOUT_S", "soon")
+    slow = KeelPlugin(tool_modules=[SAMPLE_TOOLS])
+    with pytest.raises(ConfigError, match="KEEL_JUDGE_TIMEOUT_S='soon'"):
+        Worker(client, task_queue=task_queue, plugins=[slow])
+    with pytest.raises(TypeError, match="not one string"):
+        KeelPlugin(tool_modules=SAMPLE_TOOLS)

@@ -27,6 +27,14 @@ What the plugin adds to a worker:
   it runs, the deployment's first version becomes current by itself; a later one logs that
   it is not current and waits for ``keel deploy promote`` (``keel.worker.client.deployments``).
 
+When: ``KeelPlugin(...)`` only holds its options, so a client-only use (``Client.connect(...,
+plugins=[KeelPlugin()])`` to talk to sessions) imports, opens and binds nothing. Connecting a
+client reads the settings and makes the data converter; configuring the first worker
+(``Worker(...)``) imports the tool modules, opens the store and sets up the activities, which
+is where a missing tool module or a bad setting raises; running a worker binds the stream
+endpoint (shared by the process's running workers, closed after the last one stops) and
+starts the MCP servers the plugin owns.
+
 ``replayer`` is the same assembly for replaying histories (``keel deploy check``).
 """
 
@@ -36,17 +44,15 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
-from temporalio.service import RPCError
 from temporalio.worker import (
     Interceptor,
     Replayer,
@@ -64,11 +70,11 @@ from keel.activities.store.encrypted import Keyring
 from keel.activities.sub_agents import child_report, forward
 from keel.activities.tool_run import ToolActivities
 from keel.activities.tools import load_tool_modules
-from keel.worker.client.deployments import make_first_version_current
 from keel.worker.payloads import data_converter
 from keel.worker.process.interceptors import KeelInterceptor
 from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.process.stream_server import StreamConfig, stream_endpoint
+from keel.worker.process.stream_server import StreamConfig, hold_endpoint, release_endpoint
+from keel.worker.process.version_routing import telling_version
 from keel.worker.settings import DEFAULT_STICKY_TIMEOUT_S, ConfigError, Settings
 from keel.workflows.session import AgentSession
 
@@ -76,8 +82,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from keel.activities.mcp.servers import McpServers
-
-logger = logging.getLogger("keel.worker")
 
 BUILD_ID = "keel"
 # The SDK sends an activity's heartbeat at once unless one went out less than this ago.
@@ -91,8 +95,27 @@ _SDK_DEFAULTS = {
 }
 
 
+@dataclasses.dataclass
+class _Assembly:
+    """What a worker of the plugin runs with, set up when the first one is configured."""
+
+    version: WorkerDeploymentVersion | None
+    stream: StreamConfig
+    model: ModelActivities
+    activities: list[Callable[..., Any]]
+    interceptors: list[Interceptor]
+    mcp: McpServers | None
+    mcp_owned: bool
+
+
 class KeelPlugin(SimplePlugin):
-    """A temporalio plugin adding Keel to a client and to the workers built on it."""
+    """A temporalio plugin adding Keel to a client and to the workers built on it.
+
+    Made, it only holds its options. Keel's data converter is made when a client is connected
+    with it; the tool modules, the store, the MCP servers' configuration and the activities
+    are set up when the first worker is configured with it (``Worker(...)``), once; the stream
+    endpoint is bound while a worker runs, and owned MCP servers run with it.
+    """
 
     def __init__(
         self,
@@ -107,14 +130,13 @@ class KeelPlugin(SimplePlugin):
         deployment: str | None = None,
         build_id: str | None = None,
     ) -> None:
-        """Load the tool modules and open the store now; MCP servers start with a worker.
-
-        Long on purpose (past 80 lines): most of it is this docstring; the body is the assembly, in
-        one place.
+        """Hold the options; nothing is imported, opened or bound until a worker needs it.
 
         Args:
-            tool_modules: modules whose ``@tool`` functions the sessions may use.
-            settings: Keel's settings; default read from the environment once, here.
+            tool_modules: modules whose ``@tool`` functions the sessions may use; imported
+                when a worker is first configured.
+            settings: Keel's settings; default read from the environment once, when first
+                needed (a client connected with the plugin, or a worker configured).
             store: the conversation store; default the settings' (``KEEL_STORE`` /
                 ``KEEL_HOME``), encrypted with ``KEEL_ENCRYPTION_KEY`` when set.
             mcp_servers: MCP servers whose tools the sessions may use: their configurations
@@ -124,74 +146,169 @@ class KeelPlugin(SimplePlugin):
             tracer_provider: an OpenTelemetry SDK tracer provider
                 (``keel.worker.process.telemetry.tracer_provider``): workflows and activities
                 traced with temporalio's ``TracingInterceptor`` and Keel's turn spans.
-            stream_config: where the stream endpoint (model text for watchers) listens;
-                default the settings' (``KEEL_STREAM_LISTEN``, ``KEEL_STREAM_ADVERTISE``).
+            stream_config: where the stream endpoint (model text for watchers) listens while
+                a worker runs; default the settings' (``KEEL_STREAM_LISTEN``,
+                ``KEEL_STREAM_ADVERTISE``).
             sticky_timeout_s: the sticky queue's schedule-to-start timeout.
             deployment: the Worker Deployment the workers run in (default the settings',
                 ``KEEL_DEPLOYMENT``); with ``build_id``, the workers are versioned.
             build_id: the workers' version in it (default ``KEEL_BUILD_ID``).
 
         Raises:
-            ToolModuleError: a tool module cannot be imported.
-            ConfigError: an encryption key or the stream endpoint's address is malformed,
-                or the endpoint cannot be listened on; a deployment without a build id (or
-                the reverse), or either not a name Temporal takes.
-            McpConfigError: two MCP servers have the same name.
+            TypeError: ``tool_modules`` is one string, not a list of them.
         """
-        loaded = load_tool_modules(list(tool_modules))
-        settings = settings if settings is not None else Settings.from_env()
-        if deployment is not None or build_id is not None:
-            settings = dataclasses.replace(
-                settings,
-                deployment=deployment or settings.deployment,
-                build_id=build_id or settings.build_id,
+        if isinstance(tool_modules, str):
+            raise TypeError(
+                f"tool_modules is a list of module names, not one string: "
+                f"KeelPlugin(tool_modules=[{tool_modules!r}])"
             )
-        self.version: WorkerDeploymentVersion | None = settings.deployment_version()
-        keyring = settings.keyring()
-        self.store = store if store is not None else open_store(settings.store, keyring)
-        self.converter = data_converter(keyring)
-        self._mcp: McpServers | None = None
-        self._mcp_owned = False
-        if isinstance(mcp_servers, Sequence):
-            if mcp_servers:
-                from keel.activities.mcp.servers import McpServers  # the MCP SDK only then
-
-                self._mcp, self._mcp_owned = McpServers(list(mcp_servers)), True
-        else:
-            self._mcp = mcp_servers
-        stream = stream_config or StreamConfig.of(settings.stream_listen, settings.stream_advertise)
-        streams = stream_endpoint(stream)
-        model = ModelActivities(
-            self.store, self._mcp, streams, settings.request_log, settings.environ
-        )
-        tools = ToolActivities(self.store, self._mcp)
+        self._tool_modules = list(tool_modules)
+        self._given_settings = settings
+        self._deployment, self._build_id = deployment, build_id
+        self._store = store
+        self._mcp_servers = mcp_servers
+        self._tracer_provider = tracer_provider
+        self._stream_config = stream_config
         self._sticky_timeout = timedelta(seconds=sticky_timeout_s)
-        self.interceptors_added = _interceptors(tracer_provider)
+        self._settings: Settings | None = None
+        self._converter: DataConverter | None = None
+        self._assembly: _Assembly | None = None
+        self._running = 0  # workers of this plugin running now
         super().__init__(
             "keel",
             data_converter=lambda _: self.converter,
             workflows=[AgentSession],
+            activities=lambda given: [*(given or ()), *self.assembly().activities],
+        )
+
+    @property
+    def settings(self) -> Settings:
+        """Keel's settings: those given, else the environment's, read on first use."""
+        if self._settings is None:
+            settings = self._given_settings or Settings.from_env()
+            if self._deployment is not None or self._build_id is not None:
+                settings = dataclasses.replace(
+                    settings,
+                    deployment=self._deployment or settings.deployment,
+                    build_id=self._build_id or settings.build_id,
+                )
+            self._settings = settings
+        return self._settings
+
+    @property
+    def converter(self) -> DataConverter:
+        """Keel's data converter, encrypting with the settings' keys.
+
+        Raises:
+            ConfigError: an encryption key is malformed.
+        """
+        if self._converter is None:
+            self._converter = data_converter(self.settings.keyring())
+        return self._converter
+
+    @property
+    def store(self) -> ConversationStore:
+        """The conversation store: the one given, else the settings', opened on first use.
+
+        Opening one writes nothing: a local store's folder is made by its first write.
+
+        Raises:
+            ConfigError: an encryption key is malformed.
+        """
+        if self._store is None:
+            self._store = open_store(self.settings.store, self.settings.keyring())
+        return self._store
+
+    def assembly(self) -> _Assembly:
+        """What the workers run with; set up by the first call (the first worker configured).
+
+        Raises:
+            ToolModuleError: a tool module cannot be imported.
+            ConfigError: an encryption key, ``KEEL_JUDGE_TIMEOUT_S`` or the stream endpoint's
+                address is malformed; a deployment without a build id (or the reverse), or
+                either not a name Temporal takes.
+            McpConfigError: two MCP servers have the same name.
+        """
+        if self._assembly is not None:
+            return self._assembly
+        loaded = load_tool_modules(self._tool_modules)
+        settings = self.settings
+        version = settings.deployment_version()
+        judge_timeout_s = settings.judge_timeout_s()
+        store = self.store
+        mcp, owned = None, False
+        if isinstance(self._mcp_servers, Sequence):
+            if self._mcp_servers:
+                from keel.activities.mcp.servers import McpServers  # the MCP SDK only then
+
+                mcp, owned = McpServers(list(self._mcp_servers)), True
+        else:
+            mcp = self._mcp_servers
+        stream = self._stream_config or StreamConfig.of(
+            settings.stream_listen, settings.stream_advertise
+        )
+        # its streams are the endpoint's while a worker runs (``serving``)
+        model = ModelActivities(store, mcp, None, settings.request_log, settings.environ)
+        tools = ToolActivities(store, mcp)
+        self._assembly = _Assembly(
+            version=version,
+            stream=stream,
+            model=model,
             activities=[
                 model.converse,
                 tools.run,
                 Notifications(settings.notify_secret).post,
                 child_report,
                 forward,
-                JudgeActivities(settings.environ, loaded, settings.judge_timeout_s()).decide,
+                JudgeActivities(settings.environ, loaded, judge_timeout_s).decide,
             ],
+            interceptors=_interceptors(self._tracer_provider),
+            mcp=mcp,
+            mcp_owned=owned,
         )
+        return self._assembly
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """The stream endpoint up for the block, the model activity streaming to it.
+
+        ``run_worker`` wraps each worker's run in it; the endpoint is bound by the first
+        worker of the process that runs, and closed when the last one stops.
+
+        Raises:
+            ConfigError: the endpoint's address cannot be listened on.
+        """
+        assembly = self.assembly()
+        streams = hold_endpoint(assembly.stream)
+        self._running += 1
+        assembly.model.streams = streams
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                assembly.model.streams = None
+            await asyncio.to_thread(release_endpoint, assembly.stream)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Add Keel's workflow, activities and interceptors; set Keel's defaults."""
+        """Set up Keel (once), then add its workflow, activities and interceptors and defaults.
+
+        Raises:
+            ToolModuleError: a tool module cannot be imported.
+            ConfigError: a setting is malformed (see ``assembly``).
+            McpConfigError: two MCP servers have the same name.
+        """
+        assembly = self.assembly()
         config = super().configure_worker(config)
-        if self.version is not None and config.get("deployment_config") is None:
+        version = assembly.version
+        if version is not None and config.get("deployment_config") is None:
             if config.get("build_id") is not None:
                 raise ConfigError(
                     f"the worker has build_id={config.get('build_id')!r} and Keel's deployment "
-                    f"version {self.version.to_canonical_string()!r}: give one"
+                    f"version {version.to_canonical_string()!r}: give one"
                 )
             config["deployment_config"] = WorkerDeploymentConfig(
-                version=self.version,
+                version=version,
                 use_worker_versioning=True,
                 default_versioning_behavior=VersioningBehavior.PINNED,
             )
@@ -208,20 +325,21 @@ class KeelPlugin(SimplePlugin):
                 config[name] = value  # type: ignore[literal-required]
         if config.get("activity_executor") is None:
             config["activity_executor"] = ThreadPoolExecutor(max_workers=ACTIVITY_THREADS)
-        config["interceptors"] = [*self.interceptors_added, *config.get("interceptors", ())]
+        config["interceptors"] = [*assembly.interceptors, *config.get("interceptors", ())]
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Run the worker, between its MCP servers' start and close when the plugin owns them.
+        """Run the worker in ``serving``, between its MCP servers' start and close if owned.
 
         A versioned worker also says, once Temporal lists its version, whether the version
         is current, making it so when it is its deployment's first.
         """
-        async with _telling_version(worker):
-            if self._mcp is None or not self._mcp_owned:
+        assembly = self.assembly()
+        async with self.serving(), telling_version(worker):
+            if assembly.mcp is None or not assembly.mcp_owned:
                 await next(worker)
                 return
-            await self._mcp.plugin().run_worker(worker, next)
+            await assembly.mcp.plugin().run_worker(worker, next)
 
 
 def replayer(
@@ -250,60 +368,6 @@ def replayer(
         data_converter=data_converter(keyring),
         workflow_runner=sandbox_runner(),
         interceptors=_interceptors(None),
-    )
-
-
-@contextlib.asynccontextmanager
-async def _telling_version(worker: Worker) -> AsyncIterator[None]:
-    """While the block runs, tell whether a versioned worker's version is current."""
-    deployment = worker.config(active_config=True).get("deployment_config")
-    if deployment is None or not deployment.use_worker_versioning:
-        yield
-        return
-    task = asyncio.create_task(_tell_version(worker.client, deployment.version))
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def _tell_version(client: Client, version: WorkerDeploymentVersion) -> None:
-    """Make the deployment's first version current; log whether this version is."""
-    name, build_id = version.deployment_name, version.build_id
-    try:
-        routing = await make_first_version_current(client, version)
-    except (RPCError, TimeoutError) as err:
-        logger.warning(
-            "version %s of Worker Deployment %s: routing unknown: %s", build_id, name, err
-        )
-        return
-    if routing.current == build_id:
-        how = (
-            "made current: the deployment had no current version" if routing.claimed else "current"
-        )
-        logger.info(
-            "version %s of Worker Deployment %s is %s; new sessions start on it",
-            build_id,
-            name,
-            how,
-        )
-        return
-    ramp = ""
-    if routing.ramping == build_id:
-        ramp = f"; it is ramping, with {routing.ramp_percent:g}% of new sessions"
-    current = repr(routing.current) if routing.current else "none (unversioned workers)"
-    logger.warning(
-        "version %s of Worker Deployment %s is not current (current: %s)%s: it serves the "
-        "sessions pinned to it, and new sessions start on it once promoted: "
-        "keel deploy promote %s %s [--ramp PERCENT]",
-        build_id,
-        name,
-        current,
-        ramp,
-        name,
-        build_id,
     )
 
 

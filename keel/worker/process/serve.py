@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from keel.activities.mcp import McpServerConfig
 from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
-from keel.worker.process.health import HealthServer
-from keel.worker.process.stream_server import StreamConfig, stream_endpoint
-from keel.worker.process.telemetry import configure_logging, metrics_runtime
 from keel.worker.process.configured import connect_configured
+from keel.worker.process.health import HealthServer
+from keel.worker.process.stream_server import StreamConfig
+from keel.worker.process.telemetry import configure_logging, metrics_runtime
 from keel.worker.settings import ConfigError, Settings, WorkerSettings
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ async def serve_worker(
     configure_logging(config.log_format, config.log_level)
     settings.client_options()  # check TLS files and the like before opening any port
     version = settings.deployment_version()
-    # a bad KEEL_STREAM_LISTEN: exit 2 now, before any port opens
-    stream_endpoint(StreamConfig.of(settings.stream_listen, settings.stream_advertise))
+    # a malformed KEEL_STREAM_LISTEN: exit 2 now, before any port opens (the worker binds it)
+    StreamConfig.of(settings.stream_listen, settings.stream_advertise)
     runtime = metrics_runtime(config.metrics_port) if config.metrics_port else None
     state = _State()
     health = (

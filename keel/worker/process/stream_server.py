@@ -12,8 +12,9 @@ the data converter, so ``KEEL_ENCRYPTION_KEY`` encrypts them); a reader needs Te
 to ``describe`` the session to learn them. The text itself goes over plain HTTP: keep the
 endpoint on a network you trust (see docs/streaming.md).
 
-One endpoint per process and configuration, shared by every worker the process builds:
-``stream_endpoint(KEEL_STREAM_LISTEN, KEEL_STREAM_ADVERTISE)``.
+One endpoint per process and configuration, shared by every worker the process runs: the
+first worker that starts holds it (``hold_endpoint``), which binds the socket; it closes when
+the last one stops (``release_endpoint``). ``stream_endpoint`` is the one running, if any.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ __all__ = [
     "DEFAULT_LISTEN",
     "StreamConfig",
     "StreamServer",
+    "hold_endpoint",
+    "release_endpoint",
     "stream_endpoint",
 ]
 
@@ -213,14 +216,16 @@ class _StreamHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-_servers: dict[StreamConfig, StreamServer] = {}
+# The running endpoints, each with how many running workers hold it.
+_servers: dict[StreamConfig, tuple[StreamServer, int]] = {}
 _servers_lock = threading.Lock()
 
 
-def stream_endpoint(config: StreamConfig) -> TextStreams | None:
-    """The process's stream endpoint for a configuration, started on first use; its streams.
+def hold_endpoint(config: StreamConfig) -> TextStreams | None:
+    """Hold the process's endpoint of a configuration, started (bound) by its first holder.
 
-    None when the configuration turns the endpoint off.
+    Each hold is given back with ``release_endpoint``. None when the configuration turns the
+    endpoint off.
 
     Raises:
         ConfigError: the listen address cannot be listened on.
@@ -228,7 +233,28 @@ def stream_endpoint(config: StreamConfig) -> TextStreams | None:
     if config.listen is None:
         return None
     with _servers_lock:
-        server = _servers.get(config)
+        server, held = _servers.get(config) or (None, 0)
         if server is None:
-            server = _servers[config] = StreamServer(config).start()
+            server = StreamServer(config).start()
+        _servers[config] = (server, held + 1)
         return server.streams
+
+
+def release_endpoint(config: StreamConfig) -> None:
+    """Give back a hold; the last one stops the endpoint and closes its socket."""
+    with _servers_lock:
+        server, held = _servers.get(config) or (None, 0)
+        if server is None:
+            return
+        if held > 1:
+            _servers[config] = (server, held - 1)
+            return
+        del _servers[config]
+    server.stop()
+
+
+def stream_endpoint(config: StreamConfig) -> TextStreams | None:
+    """The streams of the endpoint running for a configuration; None while no worker holds it."""
+    with _servers_lock:
+        server, _ = _servers.get(config) or (None, 0)
+        return server.streams if server is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,7 +26,8 @@ from keel.worker.cli.follow import StreamedText, end_streamed_line, event_line, 
 from keel.worker.process.sandbox import sandbox_runner
 from keel.workflows.activity_contracts import ModelRequest, ModelResponse
 from keel.workflows.activity_options import MODEL_ACTIVITY
-from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.cli import ROOT, keel, keel_env
+from tests.helpers.scripts import SAMPLE_TOOLS
 
 
 class StreamingModel:
@@ -195,3 +197,18 @@ def test_event_lines_name_the_useful_details() -> None:
     assert progress_line(added) is None
     closed = event(10, "session_closed", turn=None)
     assert event_line(closed).split(None, 1)[1] == "10 -       session_closed"
+
+
+def test_a_stream_address_taken_stops_keel_worker_when_it_runs(
+    server_env: dict[str, str],
+) -> None:
+    """The endpoint binds when the worker runs (not when its plugin is made): still exit 2."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**server_env, "KEEL_STREAM_LISTEN": f"127.0.0.1:{port}"}
+        result = keel("worker", "--tools", SAMPLE_TOOLS, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot serve model streams on KEEL_STREAM_LISTEN=127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
