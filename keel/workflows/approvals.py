@@ -6,6 +6,8 @@ Pure module: imported by workflow code.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
@@ -53,25 +55,15 @@ def check_decision(
             is not allowed, or the session wants signed decisions and this one's signature
             is missing or does not verify.
     """
-    interrupt = _pending(interrupts, decision.interrupt_id)
-    refused = refusal(interrupt, "decide")
-    if refused is not None:
-        raise InputRejected(refused)
-    _check_person(config, decision.approver, "decision")
-    messages = [
-        approval_message(
-            interrupt,
-            namespace=namespace,
-            session_id=session_id,
-            kind="decide",
-            what=signed_value(decision),
-            reason=decision.reason,
-            approver=decision.approver,
-        )
-        for session_id in session_ids
-    ]
-    _check_signature(config, decision.approver, messages, decision.signature, "decision")
-    return interrupt
+    return _checked(
+        interrupts,
+        decision.interrupt_id,
+        config,
+        _Sent("decide", signed_value(decision), decision.reason, decision.approver, "decision"),
+        decision.signature,
+        session_ids,
+        namespace,
+    )
 
 
 def check_answer(
@@ -89,24 +81,56 @@ def check_answer(
             responder is not allowed, or the answer's signature is missing or does not verify
             where the session wants signed answers.
     """
-    interrupt = _pending(interrupts, answer.interrupt_id)
-    refused = refusal(interrupt, "respond")
+    return _checked(
+        interrupts,
+        answer.interrupt_id,
+        config,
+        _Sent("respond", answer.value, None, answer.responder, "answer"),
+        answer.signature,
+        session_ids,
+        namespace,
+    )
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What a decision or an answer asks, as its signature covers it."""
+
+    update: Literal["decide", "respond"]
+    what: Any
+    reason: str | None
+    person: str | None
+    label: str
+
+
+def _checked(
+    interrupts: Mapping[str, Interrupt],
+    interrupt_id: str,
+    config: SessionConfig,
+    sent: _Sent,
+    signature: str | None,
+    session_ids: Sequence[str],
+    namespace: str,
+) -> Interrupt:
+    """The pending interrupt a decision or answer names, once its person and signature pass."""
+    interrupt = _pending(interrupts, interrupt_id)
+    refused = refusal(interrupt, sent.update)
     if refused is not None:
         raise InputRejected(refused)
-    _check_person(config, answer.responder, "answer")
+    _check_person(config, sent.person, sent.label)
     messages = [
         approval_message(
             interrupt,
             namespace=namespace,
             session_id=session_id,
-            kind="respond",
-            what=answer.value,
-            reason=None,
-            approver=answer.responder,
+            kind=sent.update,
+            what=sent.what,
+            reason=sent.reason,
+            approver=sent.person,
         )
         for session_id in session_ids
     ]
-    _check_signature(config, answer.responder, messages, answer.signature, "answer")
+    _check_signature(config, sent.person, messages, signature, sent.label)
     return interrupt
 
 
