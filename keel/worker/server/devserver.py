@@ -54,10 +54,17 @@ _NO_CLI_MESSAGE = (
 _LOG_TAIL_LINES = 30
 _CONNECT_ATTEMPT_S = 2.0
 _RETRY_PAUSE_S = 0.2
+# a port chosen free can be taken by another process before the server binds it
+_PORT_RACE_ATTEMPTS = 3
+_PORT_TAKEN = "address already in use"
 
 
 class DevServerError(RuntimeError):
     """The embedded Temporal dev server could not be found, started or reached."""
+
+
+class _PortRace(DevServerError):
+    """The server exited at startup because a port chosen free was taken meanwhile."""
 
 
 async def terminate(process: asyncio.subprocess.Process, grace_s: float) -> bool:
@@ -237,14 +244,23 @@ class DevServer:
         self.state_home = state_home
         self.adopt_database = adopt_database
         self._cli = cli
-        missing = (port is None) + (ui and ui_port is None)
-        chosen = iter(free_ports(missing))
-        self.port: int = port if port is not None else next(chosen)
+        self._fixed_port = port
+        self._fixed_ui_port = ui_port
+        self.port: int = 0
         self.ui_port: int | None = None
-        if ui:
-            self.ui_port = ui_port if ui_port is not None else next(chosen)
+        self.http_port: int = 0
+        self._choose_ports()
         self._process: asyncio.subprocess.Process | None = None
         self._log_file: IO[bytes] | None = None
+
+    def _choose_ports(self) -> None:
+        """Pick free ports for those not given: gRPC, web UI and the HTTP API."""
+        missing = (self._fixed_port is None) + (self.ui and self._fixed_ui_port is None) + 1
+        chosen = iter(free_ports(missing))
+        self.port = self._fixed_port if self._fixed_port is not None else next(chosen)
+        if self.ui:
+            self.ui_port = self._fixed_ui_port if self._fixed_ui_port is not None else next(chosen)
+        self.http_port = next(chosen)
 
     @property
     def address(self) -> str:
@@ -341,6 +357,8 @@ class DevServer:
             HOST,
             "--port",
             str(self.port),
+            "--http-port",
+            str(self.http_port),
             "--namespace",
             self.namespace,
             "--log-level",
@@ -359,12 +377,28 @@ class DevServer:
     async def start(self) -> None:
         """Start the server and wait until it accepts Temporal clients.
 
+        A port Keel chose free can be taken by another process before the server binds it
+        (the server then exits at once, "address already in use"): the start is tried again
+        on newly chosen ports, up to three times; ports the caller gave are kept.
+
         Raises:
             DevServerError: No CLI was found, the port is taken, the process exited, or the
                 server did not become ready within ``startup_timeout_s``.
             UntrustedDatabase: ``temporal.db`` is there, but Keel did not make it for this
                 data directory (and ``adopt_database`` is False).
         """
+        for attempt in range(1, _PORT_RACE_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+            except _PortRace as err:
+                if attempt == _PORT_RACE_ATTEMPTS:
+                    raise DevServerError(str(err)) from err
+                logger.info("a port was taken as the dev server started; trying others: %s", err)
+                self._choose_ports()
+            else:
+                return
+
+    async def _start_once(self) -> None:
         if self._process is not None:
             raise DevServerError(f"dev server already started at {self.address}")
         cli = find_temporal_cli(self._cli)
@@ -425,7 +459,8 @@ class DevServer:
         while True:
             if process.returncode is not None:
                 tail = self._log_tail(log_offset)
-                raise DevServerError(
+                failure = _PortRace if _PORT_TAKEN in tail else DevServerError
+                raise failure(
                     f"Temporal dev server exited with code {process.returncode} during startup "
                     f"({_last_line(tail)}); log {self.log_path}\n{tail}"
                 )
