@@ -33,7 +33,7 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from keel.activities.function_judges import judges_of
-from keel.workflows.contracts import RunsOn, ToolSpec
+from keel.workflows.contracts import Effect, RunsOn, ToolSpec
 from keel.workflows.tool_policies import policies_of
 
 __all__ = [
@@ -91,12 +91,16 @@ class ToolContext:
         idempotency_key: ``<workflow id>/<toolUseId>``; the same on every retry and every
             re-run of this call, for side effects that must happen once.
         answers: the answers humans gave to this call's questions so far, by name.
+        attempt: which run of the tool's body this is for this call, from 1: above 1 after
+            an attempt that crashed (its worker died, its time ran out), an answered question,
+            or a person's approval to run it again (``effect="write"``).
     """
 
     session_id: str
     tool_use_id: str
     idempotency_key: str
     answers: Mapping[str, Any] = field(default_factory=dict)
+    attempt: int = 1
 
     def interrupt(self, name: str, reason: str | None = None) -> Any:
         """Ask a human and stop until they answer; returns the answer once there is one.
@@ -132,6 +136,8 @@ class RegisteredTool:
         takes_context: whether ``fn`` takes a :class:`ToolContext` as first argument.
         output: for a client-side tool, its declared output type (the return annotation;
             ``Any`` without one), which a client's result must match.
+        reconcile: for a ``write`` tool, tells after a crash whether its effect happened
+            (``@tool(reconcile=...)``); called with the tool's arguments.
     """
 
     fn: Callable[..., Any]
@@ -141,9 +147,11 @@ class RegisteredTool:
     is_async: bool
     takes_context: bool
     output: TypeAdapter[Any] | None = None
+    reconcile: Callable[..., Any] | None = None
 
 
 _REGISTRY: dict[str, RegisteredTool] = {}
+EFFECTS: tuple[Effect, ...] = ("read", "idempotent", "write")
 
 
 @overload
@@ -158,6 +166,8 @@ def tool(
     name: str | None = None,
     context: bool = False,
     runs_on: RunsOn = "worker",
+    effect: Effect = "write",
+    reconcile: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -170,6 +180,8 @@ def tool(
     name: str | None = None,
     context: bool = False,
     runs_on: RunsOn = "worker",
+    effect: Effect = "write",
+    reconcile: Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as a tool; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -187,6 +199,15 @@ def tool(
             ``...``); each call waits for a client attached to the session to run it on its
             machine and return a result of the declared return type. ``timeout_s`` is then
             how long the session waits for that result.
+        effect: what running it again does to the world, for when an attempt crashed
+            (docs/tools.md, "Effects and crashes"): ``"read"`` nothing, ``"idempotent"``
+            nothing more (it dedupes, on ``ctx.idempotency_key`` say); ``"write"`` (the
+            default) may do it twice, so it is never run again blindly once an attempt may
+            have had its effect: ``reconcile`` tells, or a person decides.
+        reconcile: for a ``write`` tool, called (with the tool's arguments, and ``ctx`` when
+            ``context``) instead of the tool after an attempt ended without a result: a value
+            other than None is the tool's result (the effect happened); None, it did not, and
+            the tool runs again; an exception asks a person. Sync or async.
 
     Returns:
         The function itself, or a decorator when called with options.
@@ -202,6 +223,7 @@ def tool(
                 f"tool {name or func.__name__!r}: runs_on is 'worker' or 'client', not {runs_on!r}"
             )
         _register(func, name or func.__name__, requires_approval, timeout_s, context)
+        _effects(name or func.__name__, effect, reconcile)
         if runs_on == "client":
             _client_side(name or func.__name__)
         return func
@@ -483,6 +505,23 @@ def _client_side(name: str) -> None:
         raise ValueError(f"tool {name!r}: cannot use its return annotation: {exc}") from exc
     spec = entry.spec.model_copy(update={"runs_on": "client"})
     _REGISTRY[name] = dataclasses.replace(entry, spec=spec, output=output)
+
+
+def _effects(name: str, effect: Effect, reconcile: Callable[..., Any] | None) -> None:
+    """Give a registered tool its effect class and its reconcile function."""
+    entry = _REGISTRY[name]
+    problem = None
+    if effect not in EFFECTS:
+        problem = f"effect is one of {', '.join(EFFECTS)}, not {effect!r}"
+    elif reconcile is not None and not callable(reconcile):
+        problem = f"reconcile must be a function, not {type(reconcile).__name__}"
+    elif reconcile is not None and effect != "write":
+        problem = f"reconcile is for a 'write' tool; an {effect!r} tool is run again as it is"
+    if problem is not None:
+        del _REGISTRY[name]  # not half registered
+        raise ValueError(f"tool {name!r}: {problem}")
+    spec = entry.spec.model_copy(update={"effect": effect})
+    _REGISTRY[name] = dataclasses.replace(entry, spec=spec, reconcile=reconcile)
 
 
 def _qualname(fn: Callable[..., Any]) -> str:

@@ -15,6 +15,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from keel.workflows.contracts import (
     Answer,
     Decision,
+    Effect,
     InferenceConfig,
     InterruptAck,
     JudgeCriteria,
@@ -22,6 +23,7 @@ from keel.workflows.contracts import (
     PrefixRef,
     ToolSpec,
 )
+from keel.workflows.effect_contracts import EffectReport
 from keel.workflows.messages import Message, TokenUsage, ToolResult, ToolUse
 
 # Field defaults that a compact payload leaves out: JSON-equal values only.
@@ -130,6 +132,11 @@ class ToolRequest(CompactModel):
         client_output: for a client-side tool (``@tool(runs_on="client")``), what a client
             delivered: the activity checks it against the tool's declared output type and
             makes it the result, instead of running the tool.
+        effect: the tool's class as the session sets it (an agent file's ``effects``); None:
+            as the worker declares it (``@tool(effect=...)``, an MCP tool's annotations).
+        settled_attempts: how many of the call's attempts a person has settled by approving
+            a run again (``outcome_unknown``): an attempt among them that ended without a
+            result no longer stops the tool from running; a later one does.
     """
 
     session_id: str
@@ -138,6 +145,8 @@ class ToolRequest(CompactModel):
     timeout_s: float
     answers: dict[str, Any] = Field(default_factory=dict)
     client_output: ClientOutput | None = None
+    effect: Effect | None = None
+    settled_attempts: int | None = None
 
 
 class ClientOutput(KeelModel):
@@ -160,17 +169,23 @@ class ToolQuestion(KeelModel):
 
 
 class ToolResponse(CompactModel):
-    """Result of the ``keel.tool.run`` activity: a result, or a question.
+    """Result of the ``keel.tool.run`` activity: a result, a question, or an unknown outcome.
 
     Attributes:
-        result: the toolResult; None when the tool asked a question instead.
+        result: the toolResult; None when the tool asked a question instead, or when its
+            outcome is unknown.
         question: what the tool asked; the tool runs again once a human answers.
         digest: where the activity stored ``{"toolResult": result}``, if it did.
+        effect: for a journaled (``write`` or ``idempotent``) tool, its attempts and how this
+            run settled it; ``outcome == "unknown"``: the tool was not called, a person decides.
+        attempt: Temporal's attempt number of this activity, when above 1.
     """
 
     result: ToolResult | None
     question: ToolQuestion | None = None
     digest: str | None = None
+    effect: EffectReport | None = None
+    attempt: int | None = None
 
 
 class NotifyRequest(KeelModel):

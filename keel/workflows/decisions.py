@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         StandingApproval,
     )
     from keel.workflows.handlers import UpdateAnswers, expect
-    from keel.workflows.interrupt_kinds import kind_of
+    from keel.workflows.interrupt_kinds import decision_refusal, kind_of
     from keel.workflows.ledger import Ledger
     from keel.workflows.standing import check_standing, covers
     from keel.workflows.sub_agents import SubAgents
@@ -62,6 +62,9 @@ class Decisions:
         interrupts, config, namespace = self._ledger.interrupts, self._config, info.namespace
         if isinstance(message, Decision):
             interrupt = check_decision(interrupts, message, config, signed_for, namespace)
+            refused = decision_refusal(interrupt, message)
+            if refused is not None:
+                raise InputRejected(refused)
             tools = self._ledger.tools or []
             check_standing(message, next((t for t in tools if t.name == interrupt.name), None))
         else:
@@ -141,8 +144,10 @@ class Decisions:
 
     def _apply(self, interrupt: Interrupt, message: Message) -> None:
         if isinstance(message, Decision):
-            status: InterruptStatus = "approved" if message.decision == "approve" else "denied"
+            status: InterruptStatus = _STATUS[message.decision]
             key = signer_fingerprint(self._config, message.approver)
+            if message.decision == "resolve":
+                interrupt.answer = message.result  # the tool's result, as the person recorded it
             self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
             if message.always and status == "approved" and kind_of(interrupt).standing:
                 approval = StandingApproval(
@@ -228,6 +233,13 @@ class Decisions:
             return
         workflow.logger.info("applying a signal sent as interrupt %s opened", interrupt_id)
         self.take_signal(held, type(held))
+
+
+_STATUS: dict[str, InterruptStatus] = {
+    "approve": "approved",
+    "deny": "denied",
+    "resolve": "resolved",
+}
 
 
 def _name(kind: type[Message]) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from keel.workflows.contracts import Interrupt
+from keel.workflows.contracts import Decision, Interrupt
 
 # The update (and signal) a person's decision arrives by: ``decide`` carries a ``Decision``
 # (approve or deny), ``respond`` an ``Answer`` (a value).
@@ -44,6 +44,7 @@ VERBS: dict[str, Verb] = {
     "approve": Verb("approve", "decide"),
     "deny": Verb("deny", "decide", suffix=" --reason '...'"),
     "respond": Verb("respond", "respond", placeholder="<answer: JSON or text>"),
+    "resolve": Verb("resolve", "decide", suffix=" --result '...'"),
 }
 
 
@@ -57,7 +58,8 @@ class KindSpec:
     Attributes:
         name: the kind (``Interrupt.kind``).
         noun: the kind with its article, as a refusal names it (``an approval``).
-        verbs: the commands that decide it, in the order they are offered (``VERBS``).
+        verbs: the commands that decide it, in the order they are offered (``VERBS``); a
+            ``decide`` update's ``decision`` must be one of them.
         standing: an approval of it may stand for the tool's later calls (``--always``).
         heading: how the CLI heads it for a person.
         waiting: the session's status line while it waits.
@@ -126,6 +128,30 @@ KINDS: dict[str, KindSpec] = {
             "*": "tool {tool!r} asked {name!r} and got no answer: {why}",
         },
     ),
+    "outcome_unknown": KindSpec(
+        name="outcome_unknown",
+        noun="an unknown outcome",
+        verbs=("approve", "deny", "resolve"),
+        standing=False,
+        heading="outcome unknown: {reason}",
+        waiting="outcome unknown: did {tool} run? interrupt {id}",
+        page_heading="Did {tool} happen?",
+        notice=(
+            "Keel session {session}: {reason}: {tool} {input}. Run it again: {command}; "
+            "or deny, or record its result with keel resolve"
+        ),
+        model_texts={
+            "timed_out": (
+                "tool {tool!r} may or may not have run (an attempt ended without a result); "
+                "nobody decided in time, so it was not run again: {why}"
+            ),
+            "cancelled": "tool {tool!r} may or may not have run, and was not run again: {why}",
+            "*": (
+                "tool {tool!r} may or may not have run (an attempt ended without a result); "
+                "it was not run again, denied{who}: {why}"
+            ),
+        },
+    ),
 }
 
 
@@ -155,3 +181,25 @@ def refusal(interrupt: Interrupt, update: Update) -> str | None:
     if spec.update == update:
         return None
     return f"interrupt {interrupt.id!r} is {spec.noun}; use {spec.update}"
+
+
+def decision_refusal(interrupt: Interrupt, decision: Decision) -> str | None:
+    """Why a ``decide`` does not fit an interrupt of this kind; None when it does.
+
+    Its ``decision`` must be one of the kind's verbs; ``resolve`` carries a ``result`` and
+    nothing else does; ``always`` only where an approval of the kind may stand.
+    """
+    spec = kind_of(interrupt)
+    if decision.decision not in spec.verbs:
+        offered = ", ".join(v for v in spec.verbs if VERBS[v].update == "decide")
+        return (
+            f"interrupt {interrupt.id!r} is {spec.noun}: {decision.decision} does not "
+            f"decide it; use {offered}"
+        )
+    if decision.decision == "resolve" and decision.result is None:
+        return "resolve needs the tool's result (result)"
+    if decision.decision != "resolve" and decision.result is not None:
+        return f"a result is recorded with resolve, not {decision.decision}"
+    if decision.always and not spec.standing:
+        return f"interrupt {interrupt.id!r} is {spec.noun}; an approval of it cannot stand (always)"
+    return None

@@ -41,6 +41,7 @@ from keel.workflows.contracts import (
     TurnRecord,
     TurnStatus,
 )
+from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.limits import UPDATE_MEMORY_BYTES
 from keel.workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
 
@@ -125,6 +126,9 @@ class Ledger(KeelModel):
             result or being checked, and recently ended ones (to answer a repeated delivery).
         standing: standing approvals by tool name: later calls of the tool (whose input
             passes the approval's tests) run without asking a person.
+        effects: the calls of ``write`` and ``idempotent`` tools, by toolUseId, in order:
+            their attempts and how each was settled (``keel.workflows.effects``).
+        effects_dropped: how many older ``effects`` were let go (``MAX_EFFECTS_KEPT``).
     """
 
     run: int = 1
@@ -155,6 +159,8 @@ class Ledger(KeelModel):
     outbox: list[Notification] = Field(default_factory=list)
     client_calls: dict[str, ClientCall] = Field(default_factory=dict)
     standing: dict[str, StandingApproval] = Field(default_factory=dict)
+    effects: dict[str, EffectRecord] = Field(default_factory=dict)
+    effects_dropped: int = 0
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:

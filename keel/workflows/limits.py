@@ -78,6 +78,8 @@ STANDING_APPROVALS = 32
 """Standing approvals one session holds at once (a new one for a tool replaces its old one)."""
 ANSWER_BYTES = 4_000
 """The answer to a tool's question (``respond``), as JSON."""
+RESOLVED_RESULT_BYTES = 64_000
+"""A tool's result a person records with ``keel resolve`` (kept inline in the session)."""
 STEER_BYTES = 4_000
 """One guidance text (``steer``)."""
 STEERING_QUEUED = 10
@@ -139,6 +141,7 @@ def check_decision(decision: Decision) -> None:
     _text("decision reason", decision.reason, REASON_BYTES)
     _text("approver", decision.approver, NAME_BYTES)
     _text("signature", decision.signature, SIGNATURE_BYTES)
+    _text("resolved result", decision.result, RESOLVED_RESULT_BYTES)
     check_tests(decision.always_when)
 
 

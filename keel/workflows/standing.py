@@ -207,8 +207,11 @@ def signed_value(decision: Decision) -> Any:
     """What a signature of this decision covers besides ids, reason and approver.
 
     A plain decision signs ``approve`` / ``deny``; a standing one also its ``always`` and its
-    tests, so a signature for one call cannot be turned into a standing approval.
+    tests, so a signature for one call cannot be turned into a standing approval; a
+    ``resolve`` its result, so a signature for one result cannot record another.
     """
+    if decision.decision == "resolve":  # the result recorded is what was signed
+        return {"decision": "resolve", "result": decision.result}
     if not decision.always:
         return decision.decision
     return {
