@@ -27,9 +27,12 @@ __all__ = [
     "effect",
     "guarded_effect",
     "hang_sync",
+    "lookup",
     "nan_value",
     "read_effects",
     "read_runs",
+    "refund",
+    "refund_reconciled",
     "unserialisable",
 ]
 
@@ -66,7 +69,7 @@ def _effect_steps(ctx: ToolContext, directory: str, value: str, before_s: float)
     return where
 
 
-@tool(context=True, timeout_s=60)
+@tool(context=True, timeout_s=60, effect="idempotent")
 def effect(
     ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0, before_s: float = 0.0
 ) -> str:
@@ -86,7 +89,7 @@ def effect(
     return f"effect {value}"
 
 
-@tool(context=True, timeout_s=60)
+@tool(context=True, timeout_s=60, effect="idempotent")
 async def aeffect(
     ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0, before_s: float = 0.0
 ) -> str:
@@ -112,7 +115,7 @@ async def aeffect(
     return f"effect {value}"
 
 
-@tool(context=True, requires_approval=True, timeout_s=60)
+@tool(context=True, requires_approval=True, timeout_s=60, effect="idempotent")
 def guarded_effect(ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0) -> str:
     """``effect``, only once a human approved it.
 
@@ -123,6 +126,86 @@ def guarded_effect(ctx: ToolContext, directory: str, value: str, hold_s: float =
         hold_s: seconds to stay running after the effect, before returning.
     """
     return effect(ctx, directory, value, hold_s)
+
+
+def _write(ctx: ToolContext, directory: str, value: str, hold_s: float, before_s: float) -> str:
+    """Append ``value`` to effects.log on every run, as a tool without a guard does."""
+    where = Path(directory)
+    where.mkdir(parents=True, exist_ok=True)
+    _log(where, "start", ctx)
+    if before_s:
+        time.sleep(before_s)
+    with (where / "effects.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with (where / "effects.log").open("a", encoding="utf-8") as f:
+            f.write(value + "\n")
+        with (where / "keys.log").open("a", encoding="utf-8") as f:
+            f.write(ctx.idempotency_key + "\n")
+    _log(where, "effect", ctx)
+    if hold_s:
+        time.sleep(hold_s)
+    _log(where, "done", ctx)
+    return f"refunded {value}"
+
+
+@tool(context=True, timeout_s=60, effect="write")
+def refund(
+    ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0, before_s: float = 0.0
+) -> str:
+    """Refund: append a line to the ledger on every run, with no guard (a ``write`` tool).
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+        directory: where the ledger (effects.log) and the run log live.
+        value: the line the refund appends.
+        hold_s: seconds to stay running after the effect, before returning.
+        before_s: seconds to run before the effect.
+    """
+    return _write(ctx, directory, value, hold_s, before_s)
+
+
+def _refunded(
+    ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0, before_s: float = 0.0
+) -> str | None:
+    """Whether the refund of this call is in the ledger: its result if so, else None."""
+    keys = Path(directory) / "keys.log"
+    done = keys.read_text().splitlines() if keys.exists() else []
+    return f"refunded {value} (found in the ledger)" if ctx.idempotency_key in done else None
+
+
+@tool(context=True, timeout_s=60, effect="write", reconcile=_refunded)
+def refund_reconciled(
+    ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0, before_s: float = 0.0
+) -> str:
+    """``refund``, with a reconcile that looks in the ledger after a crash.
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+        directory: where the ledger (effects.log) and the run log live.
+        value: the line the refund appends.
+        hold_s: seconds to stay running after the effect, before returning.
+        before_s: seconds to run before the effect.
+    """
+    return _write(ctx, directory, value, hold_s, before_s)
+
+
+@tool(context=True, timeout_s=60, effect="read")
+def lookup(ctx: ToolContext, directory: str, value: str, hold_s: float = 0.0) -> str:
+    """Read: log each run, change nothing.
+
+    Args:
+        ctx: the tool context, passed by the runtime.
+        directory: where the run log lives.
+        value: what is looked up.
+        hold_s: seconds to stay running before returning.
+    """
+    where = Path(directory)
+    where.mkdir(parents=True, exist_ok=True)
+    _log(where, "start", ctx)
+    if hold_s:
+        time.sleep(hold_s)
+    _log(where, "done", ctx)
+    return f"found {value}"
 
 
 class _Opaque:

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from keel.activities.effects_journal import EffectJournal
 from keel.activities.heartbeats import LoopHeartbeats
 from keel.activities.mcp.config import McpTransportError
 from keel.activities.store import ConversationStore
+from keel.activities.tool_effects import BodyEnd, journaled_effect, run_journaled
 from keel.activities.tools import (
     RegisteredTool,
     ToolContext,
@@ -73,12 +75,29 @@ class ToolActivities:
 
         A tool's result is stored in the thread that ran the (sync) tool, after an async one
         in a worker thread: never on the event loop. An error result the activity made itself
-        travels inline.
+        travels inline. A ``write`` or ``idempotent`` tool's call is journaled, and one whose
+        earlier attempt may have had its effect is settled before anything runs
+        (``keel.activities.tool_effects``).
 
         Raises:
             asyncio.CancelledError: the activity was cancelled.
         """
-        return await run_tool(request, keep=self._keep, mcp=self.mcp)
+        attempt = activity.info().attempt
+        entry = get_tool(request.tool_use.name)
+        remote = self.mcp.get(request.tool_use.name) if self.mcp is not None else None
+        effect = journaled_effect(request, entry, remote)
+        if effect is None:
+            response = await run_tool(request, keep=self._keep, mcp=self.mcp, attempt=attempt)
+            return response.model_copy(update={"attempt": attempt}) if attempt > 1 else response
+
+        def body(number: int, ending: BodyEnd) -> Awaitable[ToolResponse]:
+            return run_tool(request, keep=self._keep, mcp=self.mcp, attempt=number, ending=ending)
+
+        journal = EffectJournal(self.store.backend, request.idempotency_key)
+        reconcile = None
+        if entry is not None and remote is None and entry.reconcile is not None:
+            reconcile = functools.partial(_reconcile, entry, request, self._keep)
+        return await run_journaled(request, effect, journal, body, reconcile)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
         """Store a tool's result; the response names it by digest.
@@ -98,6 +117,8 @@ async def run_tool(
     request: ToolRequest,
     keep: Callable[[ToolResponse], ToolResponse] | None = None,
     mcp: McpServers | None = None,
+    attempt: int = 1,
+    ending: BodyEnd | None = None,
 ) -> ToolResponse:
     """Run one tool call and turn its outcome into a toolResult.
 
@@ -110,6 +131,9 @@ async def run_tool(
         keep: called with the response built from the tool's return value; its answer is
             returned instead.
         mcp: the worker's MCP servers; a tool of theirs is called on its server.
+        attempt: which run of the tool's body this is (``ToolContext.attempt``).
+        ending: told how the tool's body ended (returned, raised, asked, timed out,
+            cancelled); left unset when the attempt fails without knowing.
 
     Returns:
         The toolResult: ``success`` with the tool's output, or ``error`` with why it failed.
@@ -144,6 +168,7 @@ async def run_tool(
             tool_use_id=use.toolUseId,
             idempotency_key=request.idempotency_key,
             answers=request.answers,
+            attempt=attempt,
         )
         finish = functools.partial(_finish, use.name, use.toolUseId, keep)
         job = _invoke(entry, ctx, kwargs, finish)
@@ -151,35 +176,78 @@ async def run_tool(
     task = asyncio.ensure_future(job)
     task.add_done_callback(_drain)
     heartbeats = LoopHeartbeats(_heartbeat_every_s(), _beat)
+    ending = ending if ending is not None else BodyEnd()
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except asyncio.CancelledError:
         task.cancel()
+        ending.how = "cancelled"
         raise
     finally:
         heartbeats.stop()
     if not done:
         task.cancel()
+        ending.how = "timed_out"
         activity.logger.warning("tool %r timed out after %s s", use.name, _secs(timeout))
         return _error(use.toolUseId, f"tool {use.name!r} timed out after {_secs(timeout)} s")
     try:
-        return task.result()
+        response = task.result()
     except _KeepFailed as failed:  # the store, not the tool: fail the attempt, Temporal retries
         raise failed.error from None
     except McpTransportError as lost:  # the connection, not the tool: Temporal retries
         activity.logger.warning("tool %r: %s", use.name, lost)
         raise
     except ToolInterrupted as asked:
+        ending.how = "asked"
         activity.logger.info("tool %r asks %r", use.name, asked.name)
         return ToolResponse(
             result=None, question=ToolQuestion(name=asked.name, reason=asked.reason)
         )
     except asyncio.CancelledError:
         # The tool cancelled itself; the activity was not cancelled.
+        ending.how = "raised"
         return _error(use.toolUseId, f"tool {use.name!r} failed: CancelledError")
     except Exception as exc:  # noqa: BLE001 - any tool failure goes back to the model
+        ending.how = "raised"
         activity.logger.warning("tool %r failed: %s", use.name, exc, exc_info=True)
         return _error(use.toolUseId, f"tool {use.name!r} failed: {type(exc).__name__}: {exc}")
+    ending.how = "returned"
+    return response
+
+
+async def _reconcile(
+    entry: RegisteredTool,
+    request: ToolRequest,
+    keep: Callable[[ToolResponse], ToolResponse],
+    attempts: int,
+) -> ToolResponse | None:
+    """Ask a ``write`` tool's ``reconcile`` whether its effect happened.
+
+    It gets the tool's arguments (and ``ctx`` when the tool takes one): a value other than
+    None is the tool's result, kept as a result of the tool is; None means it did not happen.
+
+    Raises:
+        Exception: reconcile raised, or the input does not fit the tool (a person decides).
+    """
+    assert entry.reconcile is not None
+    use = request.tool_use
+    args = entry.input_model.model_validate(use.input)
+    kwargs = {field: getattr(args, field) for field in type(args).model_fields}
+    ctx = ToolContext(
+        session_id=request.session_id,
+        tool_use_id=use.toolUseId,
+        idempotency_key=request.idempotency_key,
+        answers=request.answers,
+        attempt=attempts,
+    )
+    call = functools.partial(entry.reconcile, *((ctx,) if entry.takes_context else ()), **kwargs)
+    if asyncio.iscoroutinefunction(entry.reconcile):
+        value = await call()
+    else:
+        value = await asyncio.to_thread(contextvars.copy_context().run, call)
+    if value is None:
+        return None
+    return await asyncio.to_thread(_finish, use.name, use.toolUseId, keep, value)
 
 
 class _KeepFailed(Exception):

@@ -85,6 +85,7 @@ class EffectRecord(KeelModel):
         outcome: how it was settled (``EffectOutcome``).
         decided_by: the person who settled it, when one did (approve, deny, resolve).
         interrupt_id: the ``outcome_unknown`` interrupt it was settled by, if any.
+        settled: how many of its attempts a person settled by approving a run again.
     """
 
     tool: str
@@ -96,6 +97,7 @@ class EffectRecord(KeelModel):
     outcome: EffectOutcome
     decided_by: str | None = None
     interrupt_id: str | None = None
+    settled: int = 0
 
 
 class EffectsView(KeelModel):

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         model_schedule_to_close,
     )
     from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
+    from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.contracts import (
         OUTPUT_REMINDERS,
         Answer,
@@ -282,6 +283,11 @@ class AgentSession:
     def turn(self, turn_id: int) -> TurnRecord:
         """One turn's status and result."""
         return self._requests.turn(turn_id)
+
+    @workflow.query
+    def effects(self) -> EffectsView:
+        """The calls of ``write`` and ``idempotent`` tools: their attempts and how settled."""
+        return self._gate.effects.view()
 
     @workflow.query(name="interrupts")
     def interrupts_query(self) -> ChildInterrupts:

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.cycle import failure_text, stripped
     from keel.workflows.decisions import Decisions
+    from keel.workflows.effects import EffectBook
     from keel.workflows.handlers import UpdateAnswers
     from keel.workflows.judging import criteria_for, judge
     from keel.workflows.ledger import Ledger, PendingCycle
@@ -68,6 +69,7 @@ class ToolGate:
         self._show_details = show_details
         # in flight in this run only: the tool activities by toolUseId (cancel stops them)
         self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
+        self.effects = EffectBook(ledger)
         self.client_tools = ClientTools(
             config, ledger, UpdateAnswers(ledger), self.tool_calls, show_details
         )
@@ -139,12 +141,18 @@ class ToolGate:
     async def _run_until_answered(
         self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
     ) -> ToolResult:
-        """Run a tool; while it asks questions, wait for each answer and run it again."""
+        """Run a tool; while it asks questions, wait for each answer and run it again.
+
+        A run whose outcome is unknown (a ``write`` tool's attempt ended without a result)
+        waits for a person too (``keel.workflows.effects``): approved, it runs again; resolved,
+        their result stands; else the model is told it did not run again.
+        """
         answers = pending.answers.setdefault(use.toolUseId, {})
         self._keep_last_answer(use, answers)
         while True:
             question = self._open_interrupt_of(use, "question")
-            if question is None:  # nothing carried over from the previous run: run the tool
+            unknown = self.effects.unsettled(use) if question is None else None
+            if question is None and unknown is None:  # nothing carried over: run the tool
                 self._ledger.emit(
                     "tool_started",
                     turn=record.turn_id,
@@ -153,6 +161,7 @@ class ToolGate:
                     id=use.toolUseId,
                 )
                 response = await self._execute_tool(use, spec, answers)
+                self.effects.noted(record.turn_id, pending.cycle, use, response)
                 if response.result is not None:
                     if response.digest is None:
                         return response.result
@@ -160,14 +169,31 @@ class ToolGate:
                     # histories recorded before the activity left it out still carry)
                     pending.digests[use.toolUseId] = response.digest
                     return stripped(response.result)
-                assert response.question is not None
-                question = self._open_interrupt(
-                    record,
-                    use,
-                    kind="question",
-                    name=response.question.name,
-                    reason=response.question.reason or f"tool {use.name!r} asks a question",
-                )
+                if response.question is None:
+                    unknown = self._open_interrupt(
+                        record,
+                        use,
+                        kind="outcome_unknown",
+                        name=use.name,
+                        reason=_unknown_reason(use, response),
+                    )
+                else:
+                    question = self._open_interrupt(
+                        record,
+                        use,
+                        kind="question",
+                        name=response.question.name,
+                        reason=response.question.reason or f"tool {use.name!r} asks a question",
+                    )
+            if unknown is not None:
+                await self._wait_for_human(unknown)
+                resolved = self.effects.settle(use, unknown)
+                if resolved is not None:
+                    return resolved
+                if unknown.status != "approved":
+                    return error_result(use.toolUseId, denial_text(unknown))
+                continue  # approved: run it again
+            assert question is not None
             await self._wait_for_human(question)
             if question.status != "answered":
                 return error_result(use.toolUseId, denial_text(question))
@@ -186,6 +212,8 @@ class ToolGate:
                 idempotency_key=f"{session_id}/{use.toolUseId}",
                 timeout_s=spec.timeout_s,
                 answers=answers,
+                effect=self._config.tool_effects.get(use.name),
+                settled_attempts=self.effects.settled_attempts(use),
             ),
             result_type=ToolResponse,
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
@@ -313,3 +341,13 @@ class ToolGate:
         self._show_details()
         await self._sub_agents.report_to_parent()
 
+
+def _unknown_reason(use: ToolUse, response: ToolResponse) -> str:
+    """Why a person is asked about a call whose outcome is unknown."""
+    report = response.effect
+    tried = len(report.attempts) if report is not None else 0
+    how = (report.last_ended if report is not None else None) or "an attempt ended without a result"
+    reason = f"tool {use.name!r} may or may not have had its effect ({tried} attempt(s)): {how}"
+    if report is not None and report.reconcile_error:
+        reason += f"; its reconcile could not tell: {report.reconcile_error}"
+    return reason
