@@ -164,6 +164,7 @@ async def test_reconcile_settles_it_without_a_person(
         effects = [
             await keel.client.get_workflow_handle(s).query("effects") for s in (happened, missing)
         ]
+    await save_history(keel.client, happened, "effect_reconciled")
     assert first.status == second.status == "completed"
     assert first.interrupts == [] and second.interrupts == []  # nobody was asked
     assert read_effects(found) == []  # reconcile found it: not run again
@@ -198,6 +199,8 @@ async def test_an_idempotent_tool_runs_again_unasked_and_a_finished_call_never_r
         assert (await keel.wait_turn(finished, two.turn_id, timeout_s=30)).interrupts == []
         again_state, finished_state = await keel.state(again), await keel.state(finished)
         effects = await keel.client.get_workflow_handle(finished).query("effects")
+    await save_history(keel.client, again, "effect_idempotent_retried")
+    await save_history(keel.client, finished, "effect_recorded")
     assert read_effects(tmp_path / "again") == ["refund 20"]
     assert [e.type for e in again_state.events].count("tool_retried") == 1
     assert read_runs(tmp_path / "finished") == []  # the journal answered
