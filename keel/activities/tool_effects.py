@@ -15,6 +15,10 @@ before its body runs:
   ``outcome == "unknown"`` and the session asks a person (``outcome_unknown``);
 - else the body runs, its start journaled before it and its end after it.
 
+Only a run that was not plain (``retried``, ``recorded``, ``reconciled``, ``unknown``) reports
+to the session (``ToolResponse.effect``): a plain call's attempt stays in the journal, out of
+workflow history, and ``keel effects`` reads it there.
+
 A tool that overran its own timeout (``@tool(timeout_s=...)``) ended with a known answer: the
 model is told it timed out (and may call it again, as a new call); nothing runs it again.
 """
@@ -121,8 +125,8 @@ async def run_journaled(
     attempts = [*state.attempts, ended]
     if response.result is not None:
         await asyncio.to_thread(journal.finish, response.model_dump(mode="json"))
-        if outcome == "done" and ended.ended in ("raised", "timed_out"):
-            outcome = "failed"
+    if outcome == "done":
+        return response  # the common case: the journal holds its attempt, history nothing more
     return _reported(response, effect, outcome, attempts, last)
 
 

@@ -80,7 +80,8 @@ class EffectRecord(KeelModel):
         tool_use_id: the model's ``toolUseId``.
         idempotency_key: ``<session id>/<toolUseId>``, what the journal is keyed by.
         effect: the tool's class.
-        turn: the turn that made the call.
+        turn: the turn that made the call (None for a plain call, listed from the
+            conversation).
         attempts: the runs of its body, oldest first.
         outcome: how it was settled (``EffectOutcome``).
         decided_by: the person who settled it, when one did (approve, deny, resolve).
@@ -92,7 +93,7 @@ class EffectRecord(KeelModel):
     tool_use_id: str
     idempotency_key: str
     effect: Effect
-    turn: int
+    turn: int | None = None
     attempts: list[EffectAttempt] = Field(default_factory=list)
     outcome: EffectOutcome
     decided_by: str | None = None
@@ -101,12 +102,20 @@ class EffectRecord(KeelModel):
 
 
 class EffectsView(KeelModel):
-    """Answer of the ``effects`` query: the session's journaled calls, in order.
+    """Answer of the ``effects`` query: what the session knows of its journaled calls.
+
+    A plain call (its body ran once and returned or raised) is not recorded in the session:
+    its attempt is in the journal, and its result in the conversation. ``keel effects``
+    (``keel.worker.client.effects_listing``) lists every call of a class in ``classes`` from
+    the conversation, with these records and the journal's attempts.
 
     Attributes:
-        effects: one record per call, oldest first (the latest ``MAX_EFFECTS_KEPT``).
+        effects: one record per call that was not plain, oldest first (the latest
+            ``MAX_EFFECTS_KEPT``).
         dropped: how many older records were let go to keep the session's state bounded.
+        classes: the session's ``write`` and ``idempotent`` tools, with their class.
     """
 
     effects: list[EffectRecord] = Field(default_factory=list)
     dropped: int = 0
+    classes: dict[str, Effect] = Field(default_factory=dict)

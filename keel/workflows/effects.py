@@ -1,8 +1,8 @@
 """The session's side of effect classes: what each journaled call did, and who settled it.
 
-The tool activity journals ``write`` and ``idempotent`` calls and reports each run
-(``EffectReport``, ``keel.activities.tool_effects``). ``EffectBook`` keeps one
-``EffectRecord`` per call in the ledger (for ``keel effects``), emits ``tool_retried`` when
+The tool activity journals ``write`` and ``idempotent`` calls and reports each run that was
+not plain (``EffectReport``, ``keel.activities.tool_effects``). ``EffectBook`` keeps one
+``EffectRecord`` per such call in the ledger (for ``keel effects``), emits ``tool_retried`` when
 a run followed an attempt that ended without a result (or a ``read`` tool's activity was
 retried by Temporal), and records how a person settled an ``outcome_unknown`` interrupt:
 approved (run again: the attempts they saw are settled), resolved (their result stands) or
@@ -16,7 +16,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 from keel.workflows.activity_contracts import ToolResponse
-from keel.workflows.contracts import Interrupt
+from keel.workflows.contracts import Interrupt, SessionConfig
 from keel.workflows.effect_contracts import EffectOutcome, EffectRecord, EffectsView
 from keel.workflows.ledger import Ledger
 from keel.workflows.messages import ToolResult, ToolResultContent, ToolUse
@@ -33,14 +33,20 @@ _SETTLED_BY: dict[str, EffectOutcome] = {
 class EffectBook:
     """The ledger's effect records: noted from tool runs, settled by people."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, config: SessionConfig, ledger: Ledger) -> None:
         """Keep the records in ``ledger`` (carried to the next run with it)."""
+        self._config = config
         self._ledger = ledger
 
     def view(self) -> EffectsView:
-        """The ``effects`` query: every kept record, oldest first."""
-        ledger = self._ledger
-        return EffectsView(effects=list(ledger.effects.values()), dropped=ledger.effects_dropped)
+        """The ``effects`` query: every kept record, oldest first, and the tools' classes."""
+        ledger, overrides = self._ledger, self._config.tool_effects
+        classes = {t.name: overrides.get(t.name, t.effect) for t in ledger.tools or []}
+        return EffectsView(
+            effects=list(ledger.effects.values()),
+            dropped=ledger.effects_dropped,
+            classes={name: effect for name, effect in classes.items() if effect != "read"},
+        )
 
     def noted(self, turn: int, cycle: int, use: ToolUse, response: ToolResponse) -> None:
         """Record what a run of the tool activity reported; say when it was a retry."""

@@ -69,7 +69,7 @@ class ToolGate:
         self._show_details = show_details
         # in flight in this run only: the tool activities by toolUseId (cancel stops them)
         self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
-        self.effects = EffectBook(ledger)
+        self.effects = EffectBook(config, ledger)
         self.client_tools = ClientTools(
             config, ledger, UpdateAnswers(ledger), self.tool_calls, show_details
         )

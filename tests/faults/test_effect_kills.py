@@ -134,9 +134,8 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
             record = await run.keel.wait_turn(run.session, ack.turn_id, timeout_s=120)
         if record.status != "completed":
             found.errors.append(f"turn ended {record.status}: {record.error}")
-        effects = await run.keel.client.get_workflow_handle(run.session).query("effects")
-        if effects["effects"]:
-            found.outcome = effects["effects"][0]["outcome"]
+        effects = await run.keel.effects(run.session)
+        found.outcome = effects[0].outcome if effects else None
         found.effects = len(read_effects(run.effects_dir))
     except Exception as err:  # noqa: BLE001 - reported by the case's test, with its logs
         found.errors.append(f"{type(err).__name__}: {err}")

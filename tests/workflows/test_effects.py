@@ -344,3 +344,44 @@ async def test_a_reset_past_a_finished_write_call_does_not_run_it_again(
     assert read_effects(tmp_path) == ["refund 20"]  # once, before the reset; not again
     assert [r[0] for r in read_runs(tmp_path)] == ["start", "effect", "done"]
     assert effects["effects"][0]["outcome"] == "recorded", effects
+
+
+async def test_keel_effects_lists_every_journaled_call_with_its_attempts(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    session = sid()
+    crashed(store, session, "i1")
+    where = str(tmp_path)
+    config = script(
+        [
+            respond(
+                tool_use("w1", "refund", directory=where, value="a"),
+                tool_use("l1", "lookup", directory=where, value="b"),
+                tool_use("i1", "effect", directory=where, value="c"),
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ],
+        tool_modules=TOOLS,
+    )
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=config)
+        assert (await keel.wait_turn(session, ack.turn_id, timeout_s=30)).status == "completed"
+        listed = await keel.effects(session)
+        raw = await keel.client.get_workflow_handle(session).query("effects")
+    assert [(r.tool, r.effect, r.outcome) for r in listed] == [
+        ("refund", "write", "done"),
+        ("effect", "idempotent", "retried"),
+    ]
+    assert [(a.attempt, a.ended) for a in listed[0].attempts] == [(1, "returned")]
+    assert [(a.attempt, a.ended) for a in listed[1].attempts] == [(1, None), (2, "returned")]
+    assert listed[0].idempotency_key == f"{session}/w1"
+    # the session itself records only the call that was not plain
+    assert [r["tool_use_id"] for r in raw["effects"]] == ["i1"]
+    classes = raw["classes"]
+    assert classes["refund"] == "write" and classes["effect"] == "idempotent"
+    assert "lookup" not in classes  # read tools are not journaled

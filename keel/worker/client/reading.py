@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from keel.activities.store import StoreError
 from keel.worker.client.calls import SessionCaller
+from keel.worker.client.effects_listing import effect_records
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.schedules import SCHEDULED_BY
 from keel.worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
@@ -35,6 +36,7 @@ from keel.workflows.contracts import (
     StateQuery,
     TurnRecord,
 )
+from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message
 from keel.workflows.session import AgentSession
@@ -150,6 +152,24 @@ class SessionReader(SessionCaller):
             messages = await asyncio.to_thread(read)
             state = state.model_copy(update={"messages": messages, "base": None, "result_refs": {}})
         return state
+
+    async def effects(self, session_id: str) -> list[EffectRecord]:
+        """Each call of a ``write`` or ``idempotent`` tool, in order, with its attempts.
+
+        The attempts come from the effects journal in the store (``KEEL_STORE``); without
+        the store, only those of the calls that were not plain (retried, settled by a person).
+
+        Raises:
+            StoreError: a message of an earlier run cannot be read from the store.
+        """
+        view = await self._ask(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.effects, rpc_timeout=self.query_timeout
+            ),
+        )
+        state = await self.state(session_id)
+        return await asyncio.to_thread(effect_records, session_id, state.messages, view, self.store)
 
     async def pending(self, session_id: str) -> PendingView:
         """What the running turn holds outside the conversation."""

@@ -1,0 +1,75 @@
+"""``keel effects``: every call of a ``write`` or ``idempotent`` tool, in order, with its attempts.
+
+The session records only the calls that were not plain (``keel.workflows.effects``: retried,
+reconciled, resolved, denied, answered from the journal, or unknown); a plain call (its body
+ran once) is in the conversation, its attempt in the effects journal of the store
+(``keel.activities.effects_journal``). This module puts the three together.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from keel.activities.effects_journal import EffectJournal
+from keel.activities.store import ConversationStore, StoreError
+from keel.workflows.effect_contracts import EffectRecord, EffectsView
+from keel.workflows.messages import Message, tool_uses
+
+__all__ = ["effect_records"]
+
+logger = logging.getLogger(__name__)
+
+
+def effect_records(
+    session_id: str,
+    messages: list[Message],
+    view: EffectsView,
+    store: ConversationStore | None,
+) -> list[EffectRecord]:
+    """Each journaled call of the session, in the order the model made them.
+
+    Blocking (it reads the store): call it in a thread.
+
+    Args:
+        session_id: the session (its calls' idempotency keys start with it).
+        messages: the session's conversation (``KeelClient.state``).
+        view: the session's ``effects`` query.
+        store: the conversation store, for each call's attempts; without it (or when a
+            journal cannot be read) the attempts are those the session recorded.
+    """
+    recorded = {r.tool_use_id: r for r in view.effects}
+    results = {
+        block.toolResult.toolUseId: block.toolResult.status
+        for message in messages
+        for block in message.content
+        if block.toolResult is not None
+    }
+    listed: list[EffectRecord] = []
+    for message in messages:
+        for use in tool_uses(message):
+            record = recorded.pop(use.toolUseId, None)
+            if record is None and use.name in view.classes and use.toolUseId in results:
+                record = EffectRecord(
+                    tool=use.name,
+                    tool_use_id=use.toolUseId,
+                    idempotency_key=f"{session_id}/{use.toolUseId}",
+                    effect=view.classes[use.name],
+                    outcome="done" if results[use.toolUseId] == "success" else "failed",
+                )
+            if record is not None:
+                listed.append(record)
+    listed.extend(recorded.values())  # calls of the cycle in progress, not appended yet
+    return [_with_attempts(record, store) for record in listed]
+
+
+def _with_attempts(record: EffectRecord, store: ConversationStore | None) -> EffectRecord:
+    if store is None:
+        return record
+    try:
+        attempts = EffectJournal(store.backend, record.idempotency_key).read().attempts
+    except (StoreError, OSError, ValueError) as err:
+        logger.warning("cannot read the journal of %s: %s", record.idempotency_key, err)
+        return record
+    if not attempts:  # resolved or denied before any attempt of this client's store
+        return record
+    return record.model_copy(update={"attempts": attempts})
