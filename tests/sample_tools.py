@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-@tool
+@tool(effect="read")
 def echo(text: str) -> str:
     """Return the given text unchanged.
 
@@ -37,7 +37,7 @@ def echo(text: str) -> str:
     return text
 
 
-@tool
+@tool(effect="read")
 def add(a: int, b: int) -> int:
     """Add two integers.
 
@@ -48,7 +48,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@tool
+@tool(effect="read")
 async def slow(seconds: float, label: str) -> str:
     """Wait without blocking, then return a label.
 
@@ -60,7 +60,7 @@ async def slow(seconds: float, label: str) -> str:
     return label
 
 
-@tool
+@tool(effect="read")
 def slow_sync(seconds: float, label: str) -> str:
     """Block the calling thread for a while, then return a label.
 
@@ -72,7 +72,7 @@ def slow_sync(seconds: float, label: str) -> str:
     return label
 
 
-@tool
+@tool(effect="read")
 def boom(message: str) -> str:
     """Always fail.
 
@@ -82,14 +82,14 @@ def boom(message: str) -> str:
     raise RuntimeError(message)
 
 
-@tool(timeout_s=1)
+@tool(timeout_s=1, effect="read")
 async def hang() -> str:
     """Sleep far longer than this tool's one-second timeout."""
     await asyncio.sleep(30)
     return "woke up"
 
 
-@tool(context=True)
+@tool(context=True, effect="read")
 def whoami(ctx: ToolContext) -> str:
     """Return this call's idempotency key (``<workflow id>/<toolUseId>``).
 
@@ -99,7 +99,7 @@ def whoami(ctx: ToolContext) -> str:
     return ctx.idempotency_key
 
 
-@tool
+@tool(effect="write")
 def record(path: str, value: str) -> str:
     """Append a line to a file, to count how often a side effect happened.
 
@@ -145,7 +145,7 @@ def guarded_always(path: str, value: str) -> str:
     return record(path, value)
 
 
-@tool
+@tool(effect="read")
 def big(size: int) -> str:
     """Return a string of the given size, to test the result size limit.
 
@@ -155,7 +155,7 @@ def big(size: int) -> str:
     return "x" * size
 
 
-@tool
+@tool(effect="read")
 async def big_async(size: int) -> str:
     """Return a string of the given size from an async tool (no thread), like the floor's.
 
@@ -194,7 +194,7 @@ def confirm_twice(ctx: ToolContext, amount: int) -> str:
     return f"confirmed {first} then {second}"
 
 
-@tool
+@tool(effect="write")
 def transfer(amount: int, to: str) -> str:
     """Send money (pretend).
 

@@ -21,8 +21,9 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowUpdateFailedError
 
 import tests.fault_tools  # noqa: F401 - registers refund, refund_reconciled, lookup, effect
-from keel import ConversationStore, Decision, Interrupt, KeelClient, TurnRecord
+from keel import ConversationStore, Decision, Interrupt, KeelClient, SubAgent, TurnRecord
 from keel.activities.effects_journal import EffectJournal
+from keel.worker.signing import ApproverKey, generate_key
 from keel.workflows.activity_options import TOOL_ACTIVITY
 from keel.workflows.contracts import SessionConfig
 from tests.fault_tools import read_effects, read_runs
@@ -385,3 +386,122 @@ async def test_keel_effects_lists_every_journaled_call_with_its_attempts(
     classes = raw["classes"]
     assert classes["refund"] == "write" and classes["effect"] == "idempotent"
     assert "lookup" not in classes  # read tools are not journaled
+
+
+async def test_a_signed_session_takes_only_a_resolve_signed_for_its_result(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    session = sid()
+    crashed(store, session, "r1")
+    public = generate_key(tmp_path / "alice.key")
+    alice = ApproverKey.load(tmp_path / "alice.key")
+    config = refund_script(script, "refund", tmp_path, approver_keys={"alice": public})
+
+    def signed(interrupt: Interrupt, result: str, sent: str | None = None) -> Decision:
+        what = {"decision": "resolve", "result": result}
+        signature = alice.sign_for(
+            interrupt,
+            namespace=keel.client.namespace,
+            session_id=session,
+            kind="decide",
+            what=what,
+            reason=None,
+            approver="alice",
+        )
+        return Decision(
+            interrupt_id=interrupt.id,
+            decision="resolve",
+            result=result if sent is None else sent,
+            approver="alice",
+            signature=signature,
+        )
+
+    async with run_worker():
+        ack = await keel.prompt(session, "refund", config=config)
+        interrupt = await unknown_outcome(keel, session, ack.turn_id)
+        refusals = []
+        for attack in (
+            Decision(interrupt_id=interrupt.id, decision="resolve", result="x", approver="alice"),
+            signed(interrupt, "refund 20 failed", sent="refund 20 went through"),
+        ):
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await decide(keel, session, attack)
+            refusals.append(str(caught.value.cause))
+        await decide(keel, session, signed(interrupt, "refund 20 failed"))
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    assert "it is not signed" in refusals[0]
+    assert "does not verify" in refusals[1]
+    assert done.status == "completed"
+    assert result_texts(state.messages[2]) == [("r1", "success", "refund 20 failed")]
+    decided = [e.detail for e in state.events if e.type == "interrupt_decided"]
+    assert [(d["status"], d["by"]) for d in decided] == [("resolved", "alice")], decided
+    assert decided[0]["key"] == alice.fingerprint
+
+
+async def test_nobody_deciding_in_time_does_not_run_it_again(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    session = sid()
+    crashed(store, session, "r1")
+    config = refund_script(script, "refund", tmp_path, approval_timeout_s=1)
+    async with run_worker():
+        ack = await keel.prompt(session, "refund", config=config)
+        for _ in range(300):  # the approval timeout (1 s) closes it; the turn goes on
+            done = await keel.turn(session, ack.turn_id)
+            if done.status == "completed":
+                break
+            await asyncio.sleep(0.05)
+        state = await keel.state(session)
+        [record] = await keel.effects(session)
+    assert done.status == "completed", done
+    decided = [e.detail for e in state.events if e.type == "interrupt_decided"]
+    assert [d["status"] for d in decided] == ["timed_out"], decided
+    [(_, status, said)] = result_texts(state.messages[2])
+    assert status == "error" and "nobody decided in time" in said
+    assert read_runs(tmp_path) == []
+    assert record.outcome == "unknown"
+
+
+async def test_a_sub_agents_write_tool_is_settled_through_its_parent(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    session = sid()
+    clerk = refund_script(script, "refund", tmp_path)
+    parent = script(
+        [
+            respond(tool_use("a1", "clerk", prompt="refund order 20"), stop="tool_use"),
+            respond(text("the clerk is done")),
+        ],
+        agents={"clerk": SubAgent(description="Makes refunds.", config=clerk)},
+    )
+    child = f"{session}/clerk-a1"
+    crashed(store, child, "r1")
+    async with run_worker():
+        ack = await keel.prompt(session, "refund", config=parent)
+        interrupt = await unknown_outcome(keel, session, ack.turn_id)
+        assert interrupt.reason.startswith("[sub-agent clerk]")
+        await decide(
+            keel,
+            session,
+            Decision(interrupt_id=interrupt.id, decision="resolve", result="made by hand"),
+        )
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+        child_state = await keel.state(child)
+        [record] = await keel.effects(child)
+    assert done.status == "completed", done
+    assert read_runs(tmp_path) == []
+    assert result_texts(child_state.messages[2]) == [("r1", "success", "made by hand")]
+    assert record.outcome == "resolved"

@@ -44,6 +44,7 @@ from keel.workflows.contracts import (
     StandingApproval,
     ToolSpec,
 )
+from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from keel.workflows.messages import error_result
 from tests.helpers.fixture_types import Script
@@ -95,6 +96,7 @@ RUN_LOCAL = {
     "_gate._show_details",
     "_gate.tool_calls",
     "_gate.client_tools",  # its calls are in the ledger, its checks are tool activities
+    "_gate.effects",  # its records are in the ledger
 }
 
 
@@ -144,6 +146,20 @@ def every_field_set() -> Ledger:
             )
         },
         mirrored={"i-child": "parent-1/helper-t1"},
+        effects={
+            "u1": EffectRecord(
+                tool="guarded_record",
+                tool_use_id="u1",
+                idempotency_key="s/u1",
+                effect="write",
+                turn=3,
+                attempts=[EffectAttempt(attempt=1, started_at="2026-01-01T00:00:00+00:00")],
+                outcome="resolved",
+                decided_by="ann",
+                interrupt_id="i-1",
+            )
+        },
+        effects_dropped=2,
         client_calls={
             "c1": ClientCall(
                 id="c1",
