@@ -140,3 +140,16 @@ def test_keel_run_with_a_bad_effect_exits_2(tmp_path: Path) -> None:
     assert "--effect: tool 'refund': effect 'rw' is not one of read, idempotent, write" in (
         out.stderr
     )
+
+
+def test_the_agents_page_example_of_effects_loads(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "agents.md").read_text()
+    [example] = [b for b in page.split("```toml\n")[1:] if b.startswith("effects = {")]
+    body = 'model = "scripted:x.json"\n' + example.split("```")[0]
+    agent = load_agent_file(write(tmp_path, body))
+    assert agent.config.tool_effects == {"refund": "write", "lookup": "read"}
+    assert agent.agents["clerk"].config.tool_effects == {
+        "refund": "write",
+        "lookup": "read",
+        "order_status": "read",
+    }
