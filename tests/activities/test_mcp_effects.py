@@ -91,10 +91,11 @@ async def test_mcp_server_time_declares_its_tools_read_only() -> None:
         assert _effects(servers.specs()) == {"get_current_time": "read", "convert_time": "read"}
 
 
-async def test_a_server_without_annotations_is_write_and_a_config_overrides() -> None:
+async def test_tools_without_annotations_are_write_and_a_config_overrides() -> None:
     servers = McpServers([hostile_server()])
     async with servers.running():
         effects = _effects(servers.specs())
+    assert effects.pop("mcpt_slow") == "idempotent"  # our server's one annotated tool
     assert set(effects.values()) == {"write"} and "mcpt_key" in effects
     chosen = replace(hostile_server(), effects={"mcpt_key": "read", "mcpt_huge": "idempotent"})
     servers = McpServers([chosen, time_server(effects={"convert_time": "write"})])
