@@ -4,6 +4,10 @@ Its tools misbehave on purpose: text shaped like a Converse toolUse, a result fa
 size limit, an ``isError`` result, and a slow tool that logs each start (with the call's
 ``keel/idempotency_key`` from ``_meta``) to the file named by ``KEEL_TEST_MCP_LOG``.
 
+Only the slow tool has annotations (``idempotentHint``: running it again answers the same, so
+a worker that died during it may run it again); the others have none, so Keel takes them to
+be ``write`` tools, as MCP's defaults say.
+
     python -m tests.mcp_servers.hostile
 """
 
@@ -14,6 +18,7 @@ import json
 import os
 from typing import Any
 
+import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("keel-hostile")
@@ -57,7 +62,7 @@ def mcpt_fail(reason: str) -> str:
     raise ValueError(reason)
 
 
-@server.tool()
+@server.tool(annotations=types.ToolAnnotations(read_only_hint=False, idempotent_hint=True))
 async def mcpt_slow(seconds: float, label: str, ctx: Context) -> str:  # type: ignore[type-arg]
     """Sleep, then answer ``label``; logs each start and end with the idempotency key."""
     key = _key(ctx)

@@ -3,6 +3,10 @@
 The workspace is ``KEEL_WORKSPACE`` (read on each call), by default ``workspace`` under
 ``KEEL_HOME`` (``.keel``) in the worker's working directory. Paths are relative to it; a
 path that leaves it is refused.
+
+Each tool declares what running it again does (``effect``), for when a worker dies during a
+call: ``read`` tools only look, and run again freely; ``write`` tools change the workspace,
+so once an attempt may have had its effect they are not run again without a person deciding.
 """
 
 from __future__ import annotations
@@ -34,14 +38,14 @@ def _inside(path: str) -> Path:
     return target
 
 
-@tool
+@tool(effect="read")
 def list_files() -> list[str]:
     """List the files in the workspace, relative to it."""
     root = workspace_root()
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
-@tool
+@tool(effect="read")
 def read_file(path: str) -> str:
     """Read a text file from the workspace.
 
@@ -52,7 +56,7 @@ def read_file(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-@tool
+@tool(effect="write")
 def write_file(path: str, content: str) -> str:
     """Write a text file in the workspace, replacing it if it exists.
 
@@ -66,7 +70,7 @@ def write_file(path: str, content: str) -> str:
     return f"wrote {len(content)} characters to {path}"
 
 
-@tool(requires_approval=True)
+@tool(effect="write", requires_approval=True)
 def delete_file(path: str) -> str:
     """Delete a file from the workspace; a human must approve each call.
 

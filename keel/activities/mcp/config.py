@@ -9,6 +9,10 @@ every character other than a letter or digit replaced by ``_``.
 A stdio server's process gets the MCP SDK's default environment (``HOME``, ``PATH``, ``USER``
 and a few more), not the worker's (which may hold cloud credentials and Keel's keys), plus
 ``KEEL_MCP_<NAME>_ENV``: a JSON object of variables to set for it.
+
+What running each tool again does (its effect class, ``read``, ``idempotent`` or ``write``)
+comes from the server's tool annotations; ``McpServerConfig.effects`` overrides it per tool,
+and so does ``KEEL_MCP_<NAME>_EFFECTS`` for ``--mcp``: a JSON object of tool names to classes.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from keel.workflows.contracts import Effect
+from keel.workflows.effect_tables import EffectTableError, effect_table
+
 __all__ = [
     "McpConfigError",
     "McpServerConfig",
     "McpServerError",
     "McpToolConflict",
     "McpTransportError",
+    "effects_variable",
     "env_variable",
     "headers_variable",
     "parse_mcp_spec",
@@ -97,6 +105,10 @@ class McpServerConfig:
         start_timeout_s: how long starting and listing the server may take.
         tools: offer only these of the server's tools (None: every one it lists); a name
             the server does not list stops the worker at start.
+        effects: tool name -> effect class (``read``, ``idempotent``, ``write``), over what
+            the server's annotations say (``readOnlyHint`` -> ``read``, else
+            ``idempotentHint`` -> ``idempotent``, else ``write``); a name the server does not
+            offer stops the worker at start.
     """
 
     name: str
@@ -108,6 +120,7 @@ class McpServerConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S
     tools: tuple[str, ...] | None = None
+    effects: Mapping[str, Effect] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Check the name and that exactly one transport is given."""
@@ -125,6 +138,10 @@ class McpServerConfig:
             raise McpConfigError(f"MCP server {self.name!r}: headers are for HTTP servers only")
         if not self.timeout_s > 0 or not self.start_timeout_s > 0:
             raise McpConfigError(f"MCP server {self.name!r}: timeouts must be positive")
+        try:
+            effect_table(self.effects)
+        except EffectTableError as err:
+            raise McpConfigError(f"MCP server {self.name!r}: effects: {err}") from err
 
     @property
     def module(self) -> str:
@@ -155,21 +172,33 @@ def env_variable(name: str) -> str:
     return f"KEEL_MCP_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}_ENV"
 
 
+def effects_variable(name: str) -> str:
+    """The environment variable holding a server's effect classes: ``KEEL_MCP_<NAME>_EFFECTS``.
+
+    Args:
+        name: the server's name.
+    """
+    return f"KEEL_MCP_{re.sub(r'[^A-Za-z0-9]', '_', name).upper()}_EFFECTS"
+
+
 def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpServerConfig:
     """Parse one ``--mcp`` value: ``NAME=COMMAND`` (stdio) or ``NAME=URL`` (streamable HTTP).
 
     Args:
         spec: e.g. ``git=mcp-server-git --repository .`` or ``docs=https://host/mcp``.
         environ: where to read ``KEEL_MCP_<NAME>_HEADERS`` (a JSON object) for an HTTP
-            server, ``KEEL_MCP_<NAME>_ENV`` (a JSON object) for a stdio one: the environment
-            the settings were read from (``Settings.environ``); none when not given.
+            server, ``KEEL_MCP_<NAME>_ENV`` (a JSON object) for a stdio one, and
+            ``KEEL_MCP_<NAME>_EFFECTS`` (a JSON object of tool names to effect classes) for
+            either: the environment the settings were read from (``Settings.environ``); none
+            when not given.
 
     Returns:
         The server's configuration.
 
     Raises:
-        McpConfigError: no ``=``, a bad name, an empty or unbalanced command, or a headers
-            or env variable that is not a JSON object of strings.
+        McpConfigError: no ``=``, a bad name, an empty or unbalanced command, a headers,
+            env or effects variable that is not a JSON object of strings, or an effect that
+            is not ``read``, ``idempotent`` or ``write`` (naming the server and the tool).
     """
     name, sep, target = spec.partition("=")
     name, target = name.strip(), target.strip()
@@ -182,9 +211,10 @@ def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpSe
         raise McpConfigError(
             f"--mcp {spec!r}: server name {name!r} must be 1-64 letters, digits, '_' or '-'"
         )
+    effects = _effects(name, environ)
     if target.startswith(("http://", "https://")):
         headers = _json_object(headers_variable(name), environ)
-        return McpServerConfig(name=name, url=target, headers=headers)
+        return McpServerConfig(name=name, url=target, headers=headers, effects=effects)
     try:
         command = tuple(shlex.split(target))
     except ValueError as err:
@@ -192,7 +222,15 @@ def parse_mcp_spec(spec: str, environ: Mapping[str, str] | None = None) -> McpSe
     if not command:
         raise McpConfigError(f"--mcp {spec!r}: the command is empty")
     env = _json_object(env_variable(name), environ)
-    return McpServerConfig(name=name, command=command, env=env)
+    return McpServerConfig(name=name, command=command, env=env, effects=effects)
+
+
+def _effects(name: str, environ: Mapping[str, str] | None) -> dict[str, Effect]:
+    variable = effects_variable(name)
+    try:
+        return effect_table(_json_object(variable, environ))
+    except EffectTableError as err:
+        raise McpConfigError(f"{variable}: MCP server {name!r}: {err}") from err
 
 
 def _json_object(variable: str, environ: Mapping[str, str] | None) -> dict[str, str]:

@@ -6,6 +6,9 @@ makes. Its
 run) opens one connection per server, lists each server's tools and checks their names, and
 closes the connections when the worker stops. Inside it, the model activity describes the
 servers' tools (``specs``) and the tool activity calls them (``call``).
+
+Each tool's effect class (``ToolSpec.effect``) comes from its annotations
+(:func:`annotated_effect`), unless the server's configuration names the tool in ``effects``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from keel.activities.mcp.config import (
 )
 from keel.activities.mcp.connection import McpConnection
 from keel.activities.tools import registered_tools
-from keel.workflows.contracts import ToolSpec
+from keel.workflows.contracts import Effect, ToolSpec
 
-__all__ = ["McpServers", "McpTool"]
+__all__ = ["McpServers", "McpTool", "annotated_effect"]
 
 logger = logging.getLogger("keel.mcp")
 
@@ -53,6 +56,23 @@ class McpTool:
 
     server: str
     spec: ToolSpec
+
+
+def annotated_effect(tool: types.Tool) -> Effect:
+    """What running an MCP tool again does, by its annotations (hints the server gives).
+
+    ``readOnlyHint`` -> ``read``; else ``idempotentHint`` -> ``idempotent``; else ``write``:
+    MCP's own defaults take a tool without hints to be destructive and not idempotent.
+
+    Args:
+        tool: the tool as the server listed it.
+    """
+    hints = tool.annotations
+    if hints is not None and hints.read_only_hint is True:
+        return "read"
+    if hints is not None and hints.idempotent_hint is True:
+        return "idempotent"
+    return "write"
 
 
 class McpServers:
@@ -123,12 +143,22 @@ class McpServers:
                 for tool in outcome:
                     if wanted is None or tool.name in wanted:
                         self._add(tools, config, tool)
+                unknown = sorted(
+                    set(config.effects) - {t.spec.name for t in tools.values() if t.server == name}
+                )
+                if unknown:
+                    raise McpServerError(
+                        name,
+                        f"{config.describe()}: effects names tools it does not offer: {unknown}",
+                    )
         except BaseException:
             await self.aclose()
             raise
         self._tools = tools
         for name in names:
-            offered = [t.spec.name for t in tools.values() if t.server == name]
+            offered = [
+                f"{t.spec.name} ({t.spec.effect})" for t in tools.values() if t.server == name
+            ]
             logger.info("MCP server %r offers %d tools: %s", name, len(offered), offered)
 
     async def aclose(self) -> None:
@@ -181,6 +211,7 @@ class McpServers:
                 inputSchema=schema,
                 timeout_s=config.timeout_s,
                 module=config.module,
+                effect=config.effects.get(tool.name, annotated_effect(tool)),
             ),
         )
 

@@ -121,6 +121,14 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         "(repeatable; PUBLIC_KEY as `keel keygen` prints it)",
     )
     cmd.add_argument(
+        "--effect",
+        action="append",
+        default=[],
+        metavar="TOOL=CLASS",
+        help="what running TOOL again does in a new session: read, idempotent or write "
+        "(repeatable; over the tool's own declaration and the agent file's effects)",
+    )
+    cmd.add_argument(
         "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
     )
     cmd.add_argument(

@@ -28,7 +28,8 @@ from keel.worker.client.agent_files import AgentFile, load_agent_file
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected, normalise_history
-from keel.workflows.contracts import SessionConfig
+from keel.workflows.contracts import Effect, SessionConfig
+from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message, text_block
 from keel.workflows.signing import BadSignature, public_key_bytes
@@ -60,6 +61,7 @@ _FLAGS = {
     "model_retry_s": "--model-retry",
     "output_schema": "--output-schema",
     "notify": "--notify",
+    "tool_effects": "--effect",
 }
 
 
@@ -226,6 +228,11 @@ def new_session_config(
         "output_schema": read_output_schema(args.output_schema),
         "approver_keys": approver_keys(args.approver_key) if args.approver_key else None,
         "notify": args.notify,
+        "tool_effects": (
+            {**settings.get("tool_effects", {}), **tool_effects(args.effect)}
+            if args.effect
+            else None
+        ),
     }
     settings.update({k: v for k, v in flags.items() if v is not None})
     try:
@@ -302,6 +309,28 @@ def approver_keys(values: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--approver-key {name}: {err}") from None
         keys[name] = key
     return keys
+
+
+def tool_effects(values: Sequence[str]) -> dict[str, Effect]:
+    """``--effect TOOL=CLASS`` flags: what running each tool again does, checked.
+
+    Raises:
+        UsageError: not ``TOOL=CLASS``, a tool given twice, or a class that is not ``read``,
+            ``idempotent`` or ``write`` (naming the tool, the value and the classes).
+    """
+    table: dict[str, str] = {}
+    for value in values:
+        name, sep, effect = value.partition("=")
+        name, effect = name.strip(), effect.strip()
+        if not sep or not name or not effect:
+            raise UsageError(f"--effect {value!r}: expected TOOL=CLASS, e.g. lookup=read")
+        if name in table:
+            raise UsageError(f"--effect: tool {name!r} is given twice")
+        table[name] = effect
+    try:
+        return effect_table(table)
+    except EffectTableError as err:
+        raise UsageError(f"--effect: {err}") from None
 
 
 def mcp_servers(values: Sequence[str], environ: Mapping[str, str]) -> list[McpServerConfig]:

@@ -5,7 +5,10 @@
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
     turn_token_budget, token_budget, model_retry_s, context_messages, output_schema, notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
-    [agents.NAME] (+ description)
+    effects (tool name -> read | idempotent | write), [agents.NAME] (+ description)
+
+``effects`` becomes ``SessionConfig.tool_effects``; a sub-agent's table inherits its parent's
+and may set its own, tool by tool (a tool's class is a fact about the tool, not a rule).
 
 A sub-agent's table is checked against its parent's as its session will be
 (``keel.workflows.inheritance``): a sub-agent that would add or change a judge, give criteria
@@ -31,7 +34,8 @@ from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected
-from keel.workflows.contracts import JudgeCriteria, SessionConfig, SubAgent, notify_urls
+from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, SubAgent, notify_urls
+from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.inheritance import child_config
 from keel.workflows.structured import OUTPUT_TOOL
 
@@ -68,6 +72,7 @@ class _AgentTable(BaseModel):
     judge_model: str | None = Field(default=None, min_length=1)
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
     sub_agent_judge_may_approve: bool = False
+    effects: dict[str, Any] = Field(default_factory=dict)
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
 
     @field_validator("notify")
@@ -155,8 +160,13 @@ class _Reader:
         return value
 
     def config(
-        self, table: _AgentTable, where: tuple[str, ...], model: str | None
+        self,
+        table: _AgentTable,
+        where: tuple[str, ...],
+        model: str | None,
+        effects: dict[str, Effect] | None = None,
     ) -> SessionConfig:
+        """One table's session configuration; ``effects``: its parent's, which it inherits."""
         model = table.model or model
         if model is None:
             raise self.fail(where + ("model",), "no model: set model here, or pass --model")
@@ -189,6 +199,7 @@ class _Reader:
             ),
             "judge_criteria": table.judge_criteria,
             "sub_agent_judge_may_approve": table.sub_agent_judge_may_approve,
+            "tool_effects": {**(effects or {}), **self.effects(table, where)},
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
         for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):
@@ -197,6 +208,13 @@ class _Reader:
         if table.output_schema is not None:
             settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))
         return SessionConfig(**settings)
+
+    def effects(self, table: _AgentTable, where: tuple[str, ...]) -> dict[str, Effect]:
+        """A table's ``effects``, checked: tool names, each ``read``, ``idempotent``, ``write``."""
+        try:
+            return effect_table(table.effects)
+        except EffectTableError as err:
+            raise self.fail(where + ("effects", err.tool), str(err)) from err
 
     def check_judge(self, judge: str, where: tuple[str, ...]) -> None:
         """Refuse a judge that can never be one: not ``module:function``, or Python's own."""
@@ -225,7 +243,12 @@ class _Reader:
             self.inherit(narrowed, sub.agents, at)
 
     def agents(
-        self, table: _AgentTable, where: tuple[str, ...], model: str | None, ancestors: list[str]
+        self,
+        table: _AgentTable,
+        where: tuple[str, ...],
+        model: str | None,
+        ancestors: list[str],
+        effects: dict[str, Effect],
     ) -> dict[str, SubAgentFile]:
         found: dict[str, SubAgentFile] = {}
         for name, sub in table.agents.items():
@@ -245,10 +268,9 @@ class _Reader:
                     f"none of {sub.approvers} is among {table.approvers}",
                 )
             sub_model = sub.model or model
-            agents = self.agents(sub, at, sub_model, [*ancestors, name])
-            config = self.config(sub, at, sub_model).model_copy(
-                update={"agents": sub_agents(agents)}
-            )
+            config = self.config(sub, at, sub_model, effects)
+            agents = self.agents(sub, at, sub_model, [*ancestors, name], config.tool_effects)
+            config = config.model_copy(update={"agents": sub_agents(agents)})
             found[name] = SubAgentFile(
                 name=name, description=sub.description, config=config, agents=agents
             )
@@ -307,7 +329,7 @@ def load_agent_file(path: str | Path, *, model: str | None = None) -> AgentFile:
         raise reader.fail(("description",), "only a sub-agent ([agents.NAME]) has a description")
     try:
         config = reader.config(table, (), model)
-        agents = reader.agents(table, (), table.model or model, [])
+        agents = reader.agents(table, (), table.model or model, [], config.tool_effects)
     except ValidationError as err:  # a setting SessionConfig refuses
         raise AgentFileError(f"{file}: {err}") from err
     config = config.model_copy(update={"agents": sub_agents(agents)})
