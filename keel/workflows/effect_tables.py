@@ -18,7 +18,7 @@ from typing import get_args
 
 from keel.workflows.contracts import Effect
 
-__all__ = ["EFFECTS", "EffectTableError", "effect_table"]
+__all__ = ["EFFECTS", "EffectTableError", "effect_table", "narrowed"]
 
 # The classes, least to most careful: a ``write`` tool is never run again blindly.
 EFFECTS: tuple[Effect, ...] = get_args(Effect)
@@ -72,3 +72,29 @@ def effect_table(table: Mapping[str, object]) -> dict[str, Effect]:
             )
         checked[tool] = effect
     return checked
+
+
+def narrowed(
+    parent: Mapping[str, Effect], child: Mapping[str, Effect], name: str
+) -> dict[str, Effect]:
+    """A sub-agent's classes: its parent's, with its own where they are as careful or more.
+
+    A sub-agent may treat a tool more carefully than its parent (``read`` < ``idempotent`` <
+    ``write``), never less: a tool its parent treats as ``write`` is not run again unasked
+    after a crash in the sub-agent either.
+
+    Raises:
+        EffectTableError: the child's class for a tool is looser than its parent's.
+    """
+    effects = dict(parent)
+    for tool, effect in child.items():
+        above = parent.get(tool)
+        if above is not None and EFFECTS.index(effect) < EFFECTS.index(above):
+            raise EffectTableError(
+                tool,
+                effect,
+                f"sub-agent {name!r} may not treat tool {tool!r} as {effect!r}: its parent "
+                f"treats it as {above!r}",
+            )
+        effects[tool] = effect
+    return effects

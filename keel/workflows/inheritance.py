@@ -17,6 +17,9 @@ decide: the child may narrow them, never widen them.
   ``escalate``), and criteria for a tool its parent's judge has none for are refused. Under a
   parent with ``approver_keys``, the child's judge only denies or escalates
   (``judge_may_approve``) unless the parent sets ``sub_agent_judge_may_approve``.
+- ``tool_effects``: the parent's classes, which the child may make stricter (``read`` <
+  ``idempotent`` < ``write``) but not looser: a tool the parent treats as ``write`` is not run
+  again unasked after a crash in the child either.
 - standing approvals the parent hands down: only those granted by an approver the child
   kept (and, when the child requires signatures, signed by that approver's key).
 
@@ -29,7 +32,8 @@ from collections.abc import Sequence
 
 from keel.workflows.approvals import signer_fingerprint
 from keel.workflows.boundary import InputRejected
-from keel.workflows.contracts import JudgeCriteria, SessionConfig, StandingApproval
+from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, StandingApproval
+from keel.workflows.effect_tables import EffectTableError, narrowed
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:
@@ -56,9 +60,18 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
             "approval_tools": sorted({*parent.approval_tools, *child.approval_tools}),
             "approval_timeout_s": min(timeouts) if timeouts else None,
             "policies": [p for i, p in enumerate(policies) if p not in policies[:i]],
+            "tool_effects": _effects(parent, child, name),
             **_judge_rule(parent, child, name),
         }
     )
+
+
+def _effects(parent: SessionConfig, child: SessionConfig, name: str) -> dict[str, Effect]:
+    """The parent's effect classes, with the child's where they are as careful or more."""
+    try:
+        return narrowed(parent.tool_effects, child.tool_effects, name)
+    except EffectTableError as err:
+        raise InputRejected(str(err)) from None
 
 
 def inherited_standing(

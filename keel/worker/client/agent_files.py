@@ -35,7 +35,7 @@ from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, SubAgent, notify_urls
-from keel.workflows.effect_tables import EffectTableError, effect_table
+from keel.workflows.effect_tables import EffectTableError, effect_table, narrowed
 from keel.workflows.inheritance import child_config
 from keel.workflows.structured import OUTPUT_TOOL
 
@@ -199,7 +199,7 @@ class _Reader:
             ),
             "judge_criteria": table.judge_criteria,
             "sub_agent_judge_may_approve": table.sub_agent_judge_may_approve,
-            "tool_effects": {**(effects or {}), **self.effects(table, where)},
+            "tool_effects": self.inherited_effects(effects or {}, table, where),
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
         for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):
@@ -208,6 +208,16 @@ class _Reader:
         if table.output_schema is not None:
             settings["output_schema"] = self.schema(table.output_schema, where + ("output_schema",))
         return SessionConfig(**settings)
+
+    def inherited_effects(
+        self, parent: dict[str, Effect], table: _AgentTable, where: tuple[str, ...]
+    ) -> dict[str, Effect]:
+        """A table's ``effects`` over its parent's: as careful or more, never less."""
+        own = self.effects(table, where)
+        try:
+            return narrowed(parent, own, where[-1] if where else "")
+        except EffectTableError as err:
+            raise self.fail(where + ("effects", err.tool), str(err)) from err
 
     def effects(self, table: _AgentTable, where: tuple[str, ...]) -> dict[str, Effect]:
         """A table's ``effects``, checked: tool names, each ``read``, ``idempotent``, ``write``."""

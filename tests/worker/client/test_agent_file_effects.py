@@ -153,3 +153,31 @@ def test_the_agents_page_example_of_effects_loads(tmp_path: Path) -> None:
         "lookup": "read",
         "order_status": "read",
     }
+
+
+def test_a_sub_agent_may_not_treat_a_tool_more_loosely_than_its_parent(tmp_path: Path) -> None:
+    body = TOP.replace(
+        'effects = { lookup = "idempotent", fetch = "read" }', 'effects = { refund = "read" }'
+    )
+    with pytest.raises(AgentFileError) as caught:
+        load_agent_file(write(tmp_path, body))
+    said = str(caught.value)
+    assert "agents.clerk.effects.refund" in said
+    assert "may not treat tool 'refund' as 'read': its parent treats it as 'write'" in said
+
+
+def test_the_session_refuses_a_looser_sub_agent_however_it_was_sent() -> None:
+    """A config sent by raw start (not through an agent file) meets the same rule."""
+    from keel.workflows.boundary import InputRejected
+    from keel.workflows.contracts import SessionConfig
+    from keel.workflows.inheritance import child_config
+
+    parent = SessionConfig(model="scripted:x", tool_effects={"refund": "write"})
+    stricter = child_config(
+        parent, SessionConfig(model="scripted:y", tool_effects={"lookup": "idempotent"}), "c"
+    )
+    assert stricter.tool_effects == {"refund": "write", "lookup": "idempotent"}
+    with pytest.raises(InputRejected, match="may not treat tool 'refund' as 'idempotent'"):
+        child_config(
+            parent, SessionConfig(model="scripted:y", tool_effects={"refund": "idempotent"}), "c"
+        )
