@@ -35,12 +35,15 @@ from keel.workflows.contracts import (
     StateQuery,
     TurnRecord,
 )
+from keel.workflows.effect_contracts import EffectsView
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message
 from keel.workflows.session import AgentSession
 
 logger = logging.getLogger(__name__)
 
+# The query that answers the journaled tool calls of a session (``EffectsView``).
+EFFECTS_QUERY = "effects"
 # How often a follower checks, while nothing happens, whether the workflow still runs.
 LIVENESS_EVERY_S = 5.0
 # A query of a follower that takes longer is given up and retried on the next poll.
@@ -157,6 +160,25 @@ class SessionReader(SessionCaller):
             session_id,
             lambda: self.handle(session_id).query(
                 AgentSession.pending, rpc_timeout=self.query_timeout
+            ),
+        )
+
+    async def effects(self, session_id: str) -> EffectsView:
+        """The session's calls of ``write`` and ``idempotent`` tools, oldest first.
+
+        For each call: the tool, its ``toolUseId``, its effect class, the attempts of its body
+        as the worker's journal holds them (when each started and ended, and how), how it was
+        settled (``done``, ``unknown``, ``resolved``, ...) and who settled it, when a person
+        did (``keel effects``). Reads the ``effects`` query; nothing is written to history.
+
+        Raises:
+            SessionNotFound: no such session.
+            NoWorker: no worker answers the session's queries.
+        """
+        return await self._ask(
+            session_id,
+            lambda: self.handle(session_id).query(
+                EFFECTS_QUERY, result_type=EffectsView, rpc_timeout=self.query_timeout
             ),
         )
 
