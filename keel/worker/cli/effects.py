@@ -35,18 +35,26 @@ NO_END = "never said how it ended (its worker stopped, or it still runs): the ou
 def result_text(args: argparse.Namespace) -> str:
     """The result ``keel resolve`` records: ``--result``, or the text of ``--result-file``.
 
+    The text is recorded as it is (a file's last newline too); a blank one is refused, as
+    the web page refuses it: a result nobody wrote is more likely a mistake than the tool's.
+
     Raises:
-        UsageError: the file cannot be read, is over the limit, or is not UTF-8 text; or
-            neither flag was given (argparse refuses both, and neither, first).
+        UsageError: the file cannot be read, is over the limit, or is not UTF-8 text; the
+            result is blank; or neither flag was given (argparse refuses both, and neither,
+            first).
     """
     from keel.worker.cli.run_inputs import UsageError, read_text_file
     from keel.workflows.limits import RESOLVED_RESULT_BYTES
 
     if args.result_file is not None:
-        return read_text_file("--result-file", args.result_file, RESOLVED_RESULT_BYTES)
-    if args.result is None:
+        text = read_text_file("--result-file", args.result_file, RESOLVED_RESULT_BYTES)
+        where = f"--result-file {args.result_file}: the file"
+    elif args.result is not None:
+        text, where = args.result, "--result"
+    else:
         raise UsageError("give the tool's result with --result TEXT or --result-file FILE")
-    text: str = args.result
+    if not text.strip():
+        raise UsageError(f"{where} is blank: give the tool's result, as it returned it")
     return text
 
 

@@ -43,6 +43,7 @@ def test_resolve_takes_exactly_one_result_and_names_a_file_it_cannot_use(
     (tmp_path / "big.txt").write_text("r" * 64_001)
     (tmp_path / "ok.txt").write_text("refunded")
     (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.txt").write_text("\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     env = keel_env()  # no Temporal known: nothing may be started, or looked for
     cases = [
@@ -59,6 +60,8 @@ def test_resolve_takes_exactly_one_result_and_names_a_file_it_cannot_use(
             "keel: --result-file big.txt: the file is over the limit of 64,000 bytes",
         ),
         (["--result", "r" * 64_001], "keel: resolved result is 64,001 bytes, over the limit"),
+        (["--result", " \n"], "keel: --result is blank: give the tool's result"),
+        (["--result-file", "empty.txt"], "keel: --result-file empty.txt: the file is blank"),
     ]
     for flags, said in cases:
         done = keel("resolve", "s1", "ou-1", *flags, env=env, cwd=tmp_path)
