@@ -367,6 +367,8 @@ async def ask_decision(interrupt: Interrupt) -> Answer | None:
         return "approve", None
     if resolvable and said in ("r", "resolve"):
         result = await ask("its result (one line): ")
+        while result is not None and not result.strip():  # blank: asked again, as keel resolve
+            result = await ask("its result (one line, not blank): ")
         return None if result is None else ("resolve", result)
     reason = await ask("reason (optional): ")
     if reason is None:

@@ -115,6 +115,9 @@ async def test_the_terminal_offers_to_record_a_result(monkeypatch: pytest.Monkey
     assert await ask_decision(interrupt) == ("deny", "not twice")
     answers(monkeypatch, "r", None)  # end of input at the result: nothing decided
     assert await ask_decision(interrupt) is None
+    asked = answers(monkeypatch, "r", " ", "done")  # a blank result is asked again
+    assert await ask_decision(interrupt) == ("resolve", "done")
+    assert asked[-1] == "its result (one line, not blank): "
 
     # an approval is asked as before: "r" is no answer of its, and denies
     approval = outcome_unknown(kind="approval")
