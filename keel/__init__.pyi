@@ -38,6 +38,9 @@ from keel.workflows.contracts import SessionConfig as SessionConfig
 from keel.workflows.contracts import SessionState as SessionState
 from keel.workflows.contracts import SubAgent as SubAgent
 from keel.workflows.contracts import TurnRecord as TurnRecord
+from keel.workflows.effect_contracts import EffectAttempt as EffectAttempt
+from keel.workflows.effect_contracts import EffectRecord as EffectRecord
+from keel.workflows.effect_contracts import EffectsView as EffectsView
 from keel.workflows.messages import ContentBlock as ContentBlock
 from keel.workflows.messages import Message as Message
 from keel.workflows.messages import TokenUsage as TokenUsage

@@ -105,6 +105,7 @@ def interrupt_event(session: str, interrupt: Interrupt, at: str) -> dict[str, An
         "expires_at": interrupt.expires_at,
         "command": command,
         "deny_command": deny,
+        "resolve_command": offered.get("resolve"),
         "at": at,
         "text": text,
     }

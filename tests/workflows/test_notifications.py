@@ -71,6 +71,7 @@ async def test_interrupt_and_turn_end_payloads_signed(
         "expires_at": None,
         "command": f"keel approve {session} {interrupt.id}",
         "deny_command": f"keel deny {session} {interrupt.id} --reason '...'",
+        "resolve_command": None,
         "at": event["at"],
         "text": f"Keel session {session} waits for approval: tool 'guarded_record' requires "
         f'approval: guarded_record {{"path": "{target}", "value": "v"}}. '

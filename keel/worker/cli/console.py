@@ -319,7 +319,8 @@ async def ask(question: str) -> str | None:
     return line.rstrip("\r\n")
 
 
-Answer = tuple[Literal["approve", "deny"], str | None]
+# A person's decision on the terminal: the verb, and the reason (or, for resolve, the result).
+Answer = tuple[Literal["approve", "deny", "resolve"], str | None]
 
 
 def parse_answer(raw: str) -> Any:
@@ -343,18 +344,32 @@ async def ask_question(interrupt: Interrupt) -> tuple[Any] | None:
 
 
 async def ask_decision(interrupt: Interrupt) -> Answer | None:
-    """Show an interrupt and ask approve or deny; None when the person gave no answer."""
+    """Show an interrupt and ask approve or deny; None when the person gave no answer.
+
+    An interrupt whose kind may be resolved (``outcome_unknown``: the tool may or may not
+    have run) is asked ``run it again? [y/N/r]``; ``r`` asks for the tool's result to record.
+    """
+    from keel.workflows.interrupt_kinds import kind_of
+
     use = interrupt.tool_use
     pretty = json.dumps(use.input, indent=2, sort_keys=True).replace("\n", "\n         ")
     print(f"{interrupt.reason}:")
     print(f"  tool:  {use.name} (toolUseId {use.toolUseId})")
     print(f"  input: {pretty}")
     print(f"  id:    {interrupt.id}")
-    answer = await ask("approve? [y/N] ")
+    resolvable = "resolve" in kind_of(interrupt).verbs
+    question = "run it again? [y/N, r: record its result] " if resolvable else "approve? [y/N] "
+    answer = await ask(question)
     if answer is None:
         return None
-    if answer.strip().lower() in ("y", "yes"):
+    said = answer.strip().lower()
+    if said in ("y", "yes"):
         return "approve", None
+    if resolvable and said in ("r", "resolve"):
+        result = await ask("its result (one line): ")
+        while result is not None and not result.strip():  # blank: asked again, as keel resolve
+            result = await ask("its result (one line, not blank): ")
+        return None if result is None else ("resolve", result)
     reason = await ask("reason (optional): ")
     if reason is None:
         return None

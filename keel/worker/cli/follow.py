@@ -19,14 +19,21 @@ from typing import Any, TextIO
 
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.writing import SETTLED
 from keel.worker.client.streams import TextChunk
+from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 
 # How long an event that ends a model call waits for the last of that call's text.
 TEXT_END_WAIT_S = 1.0
 
 logger = logging.getLogger(__name__)
+# How ``keel run``'s progress announces an interrupt, by kind (``interrupt_created``); a kind
+# not here reads ``<kind> needed``.
+NEEDED = {
+    "approval": "approval needed",
+    "question": "answer needed",
+    "outcome_unknown": "outcome unknown, a person decides whether it runs again",
+}
 # Printers whose last output is streamed text without its newline (see end_streamed_line).
 _OPEN_LINES: weakref.WeakSet[StreamedText] = weakref.WeakSet()
 
@@ -62,6 +69,17 @@ def tokens_text(inputs: object, outputs: object, usage: Any) -> str:
     return f"{inputs} in / {outputs} out tokens, and some the model server did not report"
 
 
+def retried_text(detail: Mapping[str, Any]) -> str:
+    """``retried (attempt N): previous attempt ended ...`` of a ``tool_retried`` event.
+
+    Its ``previous`` says, in words, how the attempt before ended (``ended without a
+    result``).
+    """
+    previous = detail.get("previous")
+    said = f": previous attempt {previous}" if previous else ""
+    return f"retried (attempt {detail.get('attempt')}){said}"
+
+
 def _error_of(event: Event, turns: Mapping[int, TurnRecord]) -> str | None:
     record = turns.get(event.turn) if event.turn is not None else None
     return record.error if record is not None else None
@@ -82,6 +100,8 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
             return f"{d.get('tool')} ({d.get('id')})"
         case "tool_finished":
             return f"{d.get('tool')} ({d.get('id')}): {d.get('status')}"
+        case "tool_retried":
+            return f"{d.get('tool')} ({d.get('id')}): {retried_text(d)}"
         case "message_added":
             return f"{d.get('role')} message #{d.get('index')}"
         case "interrupt_created":
@@ -126,8 +146,11 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
             return f"tool {d.get('tool')} started"
         case "tool_finished":
             return f"tool {d.get('tool')} finished: {d.get('status')}"
+        case "tool_retried":
+            return f"tool {d.get('tool')} {retried_text(d)}"
         case "interrupt_created":
-            return f"approval needed: {d.get('tool')} (interrupt {d.get('id')})"
+            needed = NEEDED.get(str(d.get("kind")), f"{d.get('kind')} needed")
+            return f"{needed}: {d.get('tool')} (interrupt {d.get('id')})"
         case "interrupt_decided":
             by = f" by {d['by']}" if d.get("by") else ""
             return f"interrupt {d.get('id')} {d.get('status')}{by}"

@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
-    from keel.worker.cli.follow import tokens_text
+    from keel.worker.cli.follow import retried_text, tokens_text
     from keel.worker.cli.session_access import reading_session
 
     async with reading_session(settings, args.session, wait_for_worker=False) as access:
@@ -54,6 +54,8 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
                 f"[interrupt {d.get('id')} {d.get('status')} by {d.get('by')}, "
                 f"signature verified: key {d.get('key')}]"
             )
+        elif event.type == "tool_retried":  # a call that ran again after an unknown outcome
+            print(f"[tool {event.detail.get('tool')} {retried_text(event.detail)}]")
     print_standing(state.pending.standing)
     for t in state.turns:
         u = t.usage

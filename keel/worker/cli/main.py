@@ -18,6 +18,7 @@ from keel.worker.cli import (
     attach,
     codec,
     deploy,
+    effects,
     inspect,
     policy,
     schedules,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 # providers): each command imports that when it runs.
 _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     turns.add_parser,
+    effects.add_parser,
     inspect.add_parser,
     policy.add_parser,
     attach.add_parser,

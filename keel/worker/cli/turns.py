@@ -2,7 +2,8 @@
 
 ``run``, ``wait``, ``approve``/``deny``, ``respond``, ``cancel``, ``steer`` (and ``keygen``,
 for signed decisions); each a coroutine ``(args, settings) -> exit code``. ``add_parser``
-adds their parsers to ``keel``'s.
+adds their parsers to ``keel``'s. What other command modules that decide share is public here:
+``acting``, ``finish_turn``, ``approver_name``, ``approver_key``, ``within_limits``.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             out = _progress_out(args)
             if out is not None and ack.queued_behind:
                 print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
-            code = await _finish_turn(keel, session, ack.turn_id, since, args, embedded=embedded)
+            code = await finish_turn(keel, session, ack.turn_id, since, args, embedded=embedded)
             if not args.json:
                 print_where(session, closed=await _closed(keel, session), extra=_mcp_words(args))
             return code
@@ -184,7 +185,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
-    async with _acting(settings, args, writes=False) as access:
+    async with acting(settings, args, writes=False) as access:
         keel = access.keel
         state = await keel.state(args.session, events_since=sys.maxsize, include_messages=False)
         if not state.turns:
@@ -192,7 +193,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
         turn_id = max(t.turn_id for t in state.turns)
         try:
             code = await asyncio.wait_for(
-                _finish_turn(keel, args.session, turn_id, 0, args, embedded=access.embedded),
+                finish_turn(keel, args.session, turn_id, 0, args, embedded=access.embedded),
                 args.timeout,
             )
         except TimeoutError:
@@ -212,11 +213,11 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """``keel cancel``: stop the running turn; prints its result."""
     from keel.workflows.contracts import CancelInput
 
-    _within_limits(CancelInput(reason=args.reason))
-    async with _acting(settings, args, writes=True) as access:
+    within_limits(CancelInput(reason=args.reason))
+    async with acting(settings, args, writes=True) as access:
         since = await access.keel.event_count(args.session)
         ack = await access.keel.cancel(args.session, args.reason)
-        return await _finish_turn(
+        return await finish_turn(
             access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
         )
 
@@ -225,19 +226,19 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     """``keel approve`` / ``keel deny``: decide an interrupt, then wait like ``keel run``."""
     from keel.workflows.contracts import Decision
 
-    key = _approver_key(args)  # a bad key file fails before anything is sent
+    key = approver_key(args)  # a bad key file fails before anything is sent
     always = getattr(args, "always", False) or getattr(args, "always_when", None) is not None
     when = _always_when(args)
     decision = Decision(
         interrupt_id=args.id,
         decision=args.decision,
         reason=args.reason,
-        approver=_approver(args),
+        approver=approver_name(args),
         always=always,
         always_when=when,
     )
-    _within_limits(decision)
-    async with _acting(settings, args, writes=True) as access:
+    within_limits(decision)
+    async with acting(settings, args, writes=True) as access:
         since = await access.keel.event_count(args.session)
         ack = await access.keel.decide(
             args.session,
@@ -249,7 +250,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
             always=always,
             always_when=when,
         )
-        return await _finish_turn(
+        return await finish_turn(
             access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
         )
 
@@ -259,13 +260,14 @@ async def cmd_respond(args: argparse.Namespace, settings: Settings) -> int:
     from keel.workflows.contracts import Answer
 
     value = parse_answer(args.value)
-    key = _approver_key(args)
-    _within_limits(Answer(interrupt_id=args.id, value=value, responder=_approver(args)))
-    async with _acting(settings, args, writes=True) as access:
+    key = approver_key(args)
+    within_limits(Answer(interrupt_id=args.id, value=value, responder=approver_name(args)))
+    async with acting(settings, args, writes=True) as access:
         keel = access.keel
         since = await keel.event_count(args.session)
-        ack = await keel.respond(args.session, args.id, value, responder=_approver(args), key=key)
-        return await _finish_turn(
+        responder = approver_name(args)
+        ack = await keel.respond(args.session, args.id, value, responder=responder, key=key)
+        return await finish_turn(
             keel, args.session, ack.turn_id, since, args, embedded=access.embedded
         )
 
@@ -279,14 +281,14 @@ async def cmd_steer(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("the steering text is empty")
     from keel.workflows.contracts import SteerInput
 
-    _within_limits(SteerInput(text=text))
-    async with _acting(settings, args, writes=True) as access:
+    within_limits(SteerInput(text=text))
+    async with acting(settings, args, writes=True) as access:
         ack = await access.keel.steer(args.session, text)
     print(f"guidance queued for turn {ack.turn_id} of session {args.session}")
     return EXIT_OK
 
 
-def _acting(
+def acting(
     settings: Settings, args: argparse.Namespace, *, writes: bool
 ) -> AbstractAsyncContextManager[SessionAccess]:
     """The session of a command that acts on it (and follows its turn), with ``--mcp``."""
@@ -362,7 +364,7 @@ def _always_when(args: argparse.Namespace) -> list[Condition]:
         raise UsageError(f"--always-when: {err}") from None
 
 
-def _within_limits(value: object) -> None:
+def within_limits(value: object) -> None:
     """Refuse, before anything is sent, a value the session would refuse for its size.
 
     Raises:
@@ -377,7 +379,7 @@ def _within_limits(value: object) -> None:
         raise UsageError(str(err)) from None
 
 
-def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
+def approver_key(args: argparse.Namespace) -> ApproverKey | None:
     """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
     from keel.worker.signing import ApproverKey
 
@@ -385,12 +387,13 @@ def _approver_key(args: argparse.Namespace) -> ApproverKey | None:
     return ApproverKey.load(path) if path else None
 
 
-def _approver(args: argparse.Namespace) -> str:
+def approver_name(args: argparse.Namespace) -> str:
+    """Who decides: ``--approver``, else ``KEEL_APPROVER``, else the user's login name."""
     named = getattr(args, "approver", None) or getattr(args, "approver_default", None)
     return named or getpass.getuser()
 
 
-async def _finish_turn(
+async def finish_turn(
     keel: KeelClient,
     session: str,
     turn_id: int,
@@ -421,7 +424,7 @@ async def _finish_turn(
 async def _follow_turn(
     keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
 ) -> int:
-    """``_finish_turn``'s work."""
+    """``finish_turn``'s work."""
     from keel.worker.cli.follow import Follower
     from keel.worker.client.errors import RequestRejected
     from keel.workflows.interrupt_kinds import kind_of
@@ -446,22 +449,21 @@ async def _follow_turn(
                         session,
                         interrupt.id,
                         value[0],
-                        responder=_approver(args),
-                        key=_approver_key(args),
+                        responder=approver_name(args),
+                        key=approver_key(args),
                     )
                     continue
                 answer = await ask_decision(interrupt)
                 if answer is None:
                     return print_turn(session, await keel.turn(session, turn_id), False, extra)
-                decision, reason = answer
-                await keel.decide(
-                    session,
-                    interrupt.id,
-                    decision,
-                    reason=reason,
-                    approver=_approver(args),
-                    key=_approver_key(args),
-                )
+                decision, text = answer
+                who, key = approver_name(args), approver_key(args)
+                if decision == "resolve":  # the text is the tool's result
+                    await keel.resolve(session, interrupt.id, text or "", approver=who, key=key)
+                else:
+                    await keel.decide(
+                        session, interrupt.id, decision, reason=text, approver=who, key=key
+                    )
             except RequestRejected as err:
                 print(f"keel: {err}", file=sys.stderr)
                 refused.add(interrupt.id)

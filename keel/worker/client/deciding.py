@@ -1,8 +1,9 @@
 """What a person decides, through the Python API: approvals, answers, standing approvals.
 
 ``SessionDecider`` is a ``SessionReader`` that sends the validated ``decide`` and ``respond``
-updates (signed when the session has approver keys) and revokes standing approvals;
-``KeelClient`` is one, by inheritance.
+updates (signed when the session has approver keys), records the result of a tool whose
+outcome is unknown (``resolve``) and revokes standing approvals; ``KeelClient`` is one, by
+inheritance.
 """
 
 from __future__ import annotations
@@ -73,11 +74,65 @@ class SessionDecider(SessionReader):
             always=always,
             always_when=list(always_when),
         )
+        return await self._send_decision(session_id, update, key)
+
+    async def resolve(
+        self,
+        session_id: str,
+        interrupt_id: str,
+        result: str,
+        *,
+        reason: str | None = None,
+        approver: str | None = None,
+        key: ApproverKey | None = None,
+    ) -> InterruptAck:
+        """Record the result of a tool whose outcome is unknown, without running it again.
+
+        An ``outcome_unknown`` interrupt opens when an attempt of a ``write`` tool ended
+        without a result (its worker died, say): the tool may or may not have had its effect.
+        A person who knows what happened records the result here (the model reads it as the
+        tool's result); ``decide`` with ``approve`` runs the tool again instead, ``deny``
+        gives the model an error. The signature (sessions with approver keys) covers the
+        result: a signature for one result cannot record another.
+
+        Args:
+            session_id: the session.
+            interrupt_id: the pending ``outcome_unknown`` interrupt (see ``pending``).
+            result: the tool's result, as text (at most 64,000 bytes).
+            reason: why; kept with the decision.
+            approver: who decides; checked against the session's approvers.
+            key: the approver's private key, to sign with (sessions with approver keys).
+
+        Raises:
+            RequestRejected: the id is unknown or no longer pending, the interrupt is not of
+                kind ``outcome_unknown``, the result is too long, the approver is not allowed,
+                or the signature is missing or wrong; nothing was written to the session's
+                history.
+        """
+        update = Decision(
+            interrupt_id=interrupt_id,
+            decision="resolve",
+            reason=reason,
+            approver=approver,
+            result=result,
+        )
+        return await self._send_decision(session_id, update, key)
+
+    async def _send_decision(
+        self, session_id: str, update: Decision, key: ApproverKey | None
+    ) -> InterruptAck:
+        """The ``decide`` update, signed over ``signed_value`` when there is a key."""
         what = signed_value(update)
 
         async def sign() -> None:
             update.signature = await self._signature(
-                key, session_id, interrupt_id, "decide", what, reason, approver
+                key,
+                session_id,
+                update.interrupt_id,
+                "decide",
+                what,
+                update.reason,
+                update.approver,
             )
 
         return await self._answer_interrupt(session_id, AgentSession.decide, update, sign)

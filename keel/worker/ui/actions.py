@@ -1,4 +1,4 @@
-"""What a person does on the page: approve, deny, answer, steer, cancel the turn, give a name.
+"""What a person does on the page: approve, deny, resolve, answer, steer, cancel, give a name.
 
 Each action is a POST of a url-encoded form carrying the session's CSRF token (checked by
 ``Access.admit_post`` before anything is sent). The page's script posts with ``Accept:
@@ -59,24 +59,44 @@ def _remember_name(visit: Visit, form: dict[str, str]) -> None:
         visit.name, visit.changed = name, True
 
 
+# The decisions a ``decide`` form may carry: its button's ``decision`` value.
+DECISIONS = ("approve", "approve-always", "deny", "resolve")
+
+
 async def _decide(
     ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
 ) -> Outcome:
+    """Approve, deny or resolve: signed, and sent as the person, as ``keel approve`` would.
+
+    ``resolve`` (an ``outcome_unknown`` interrupt) records the form's ``result`` as the
+    tool's result; no other decision carries one.
+    """
     interrupt = _field(form, "interrupt")
     raw = _field(form, "decision")
-    if raw not in ("approve", "approve-always", "deny"):
-        raise AccessDenied(400, "decision must be approve, approve-always or deny")
-    decision: Literal["approve", "deny"] = "deny" if raw == "deny" else "approve"
-    always = raw == "approve-always"
+    if raw not in DECISIONS:
+        raise AccessDenied(400, "decision must be approve, approve-always, deny or resolve")
+    result = form.get("result")
+    if raw == "resolve" and not (result or "").strip():
+        raise AccessDenied(400, "resolve needs the tool's result: the form's 'result' is empty")
+    if raw != "resolve" and result is not None:
+        raise AccessDenied(400, f"a result is recorded with resolve, not {raw}")
     reason = form.get("reason", "").strip() or None
     _remember_name(visit, form)
     config = await keel.config(session)
     approver = ui.identity(config, visit)
     key = ui.signer.key if ui.signer is not None and config.approver_keys else None
+    who = f" as {approver}" if approver else ""
+    if raw == "resolve":
+        assert result is not None
+        ack = await keel.resolve(
+            session, interrupt, result, reason=reason, approver=approver, key=key
+        )
+        return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}: its result is recorded.")
+    decision: Literal["approve", "deny"] = "deny" if raw == "deny" else "approve"
+    always = raw == "approve-always"
     ack = await keel.decide(
         session, interrupt, decision, reason=reason, approver=approver, key=key, always=always
     )
-    who = f" as {approver}" if approver else ""
     stands = "; later calls of its tool run without asking" if always else ""
     return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}{stands}.")
 

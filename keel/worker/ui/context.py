@@ -13,7 +13,7 @@ from keel.worker.ui.source import KeelSource, Signer, approver_for
 from keel.workflows.contracts import SessionConfig
 
 # The parts of the session page that live updates replace, each its own template.
-SESSION_PARTS = ("status", "pending", "conversation", "usage", "controls")
+SESSION_PARTS = ("status", "pending", "conversation", "effects", "usage", "controls")
 
 
 def templates() -> Environment:

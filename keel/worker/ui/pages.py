@@ -6,20 +6,30 @@ to actions (``keel.worker.ui.actions``) send the same parts again, rendered by t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
+from temporalio.client import WorkflowQueryFailedError
 
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.ui.access import Visit
 from keel.worker.ui.context import SESSION_PARTS, UiContext
 from keel.worker.ui.problems import problem
-from keel.worker.ui.views import SessionRow, SessionView, session_rows, session_view
+from keel.worker.ui.views import (
+    SessionRow,
+    SessionView,
+    effects_table,
+    session_rows,
+    session_view,
+)
+from keel.workflows.effect_contracts import EffectRecord
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 # Sessions the list shows at most.
 LIST_LIMIT = 50
@@ -45,6 +55,7 @@ async def render_session(
     view = session_view(state)
     values = {
         "view": view,
+        "effects": effects_table(await _effects(keel, session)),
         "csrf": visit.csrf,
         "name": visit.name,
         "identity": ui.identity(state.config, visit),
@@ -52,6 +63,15 @@ async def render_session(
     }
     html = {part: ui.render(f"_{part}.html", **values) for part in SESSION_PARTS}
     return SessionParts(view=view, html=html)
+
+
+async def _effects(keel: KeelClient, session: str) -> list[EffectRecord] | None:
+    """The session's journaled calls; None when its worker has no ``effects`` query (older)."""
+    try:
+        return await keel.effects(session)
+    except WorkflowQueryFailedError as err:
+        logger.info("session %s lists no effects: %s", session, err.message)
+        return None
 
 
 async def session_rows_of(keel: KeelClient) -> list[SessionRow]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from keel.worker.client.reading import SessionSummary
 from keel.workflows.contracts import Interrupt, SessionState
+from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.interrupt_kinds import fields, kind_of
 from keel.workflows.messages import ContentBlock, Message, ToolResult
 from keel.workflows.standing import describe
@@ -127,8 +128,11 @@ class InterruptView:
     Attributes:
         heading: the heading's text before and after the tool's name (shown as code).
         update: the form that decides it: ``decide`` (buttons) or ``respond`` (an answer).
-        verbs: the decisions offered (``approve``, ``deny``, ``respond``), from its kind.
+        verbs: the decisions offered (``approve``, ``deny``, ``respond``, ``resolve``), from
+            its kind.
         standing: whether "Approve always" is offered.
+        approve_label: the Approve button's text: for a kind that may be resolved
+            (``outcome_unknown``), approving runs the tool again, and the button says so.
     """
 
     id: str
@@ -142,6 +146,7 @@ class InterruptView:
     update: str = "decide"
     verbs: tuple[str, ...] = ()
     standing: bool = False
+    approve_label: str = "Approve"
 
 
 def interrupts(pending: list[Interrupt]) -> list[InterruptView]:
@@ -165,6 +170,7 @@ def _interrupt(interrupt: Interrupt) -> InterruptView:
         update=spec.update,
         verbs=spec.verbs,
         standing=spec.standing,
+        approve_label="Approve (run again)" if "resolve" in spec.verbs else "Approve",
     )
 
 
@@ -292,3 +298,66 @@ def session_rows(summaries: list[SessionSummary]) -> list[SessionRow]:
         )
         for s in sorted(summaries, key=order)
     ]
+
+
+@dataclass(frozen=True)
+class EffectView:
+    """One journaled tool call as the session page lists it (``keel effects``).
+
+    Attributes:
+        tool: the tool's name.
+        tool_use_id: the model's ``toolUseId``.
+        effect: its class (``write``, ``idempotent``).
+        attempts: one phrase per attempt of its body: when it started, how it ended.
+        outcome: how it was settled (``done``, ``unknown``, ``resolved``, ...).
+        decided_by: who settled it, when a person did.
+    """
+
+    tool: str
+    tool_use_id: str
+    effect: str
+    attempts: list[str]
+    outcome: str
+    decided_by: str | None
+
+
+@dataclass(frozen=True)
+class EffectsTable:
+    """The session's journaled calls; ``available`` is False when its worker cannot list them."""
+
+    rows: list[EffectView] = field(default_factory=list)
+    available: bool = True
+
+
+def effects_table(records: list[EffectRecord] | None) -> EffectsTable:
+    """The effects table of the session page; None: the session's worker does not answer."""
+    if records is None:
+        return EffectsTable(available=False)
+    return EffectsTable(
+        rows=[
+            EffectView(
+                tool=r.tool,
+                tool_use_id=r.tool_use_id,
+                effect=r.effect,
+                attempts=[_attempt(a) for a in r.attempts],
+                outcome=r.outcome,
+                decided_by=r.decided_by,
+            )
+            for r in records
+        ],
+    )
+
+
+def _attempt(attempt: EffectAttempt) -> str:
+    started = _iso_when(attempt.started_at)
+    if attempt.ended is None:
+        return f"{attempt.attempt}: started {started}, no end recorded"
+    return f"{attempt.attempt}: started {started}, {attempt.ended.replace('_', ' ')}"
+
+
+def _iso_when(text: str) -> str:
+    """An ISO time as the page shows times (UTC); as given when it does not parse."""
+    try:
+        return _when(datetime.fromisoformat(text))
+    except ValueError:
+        return text
