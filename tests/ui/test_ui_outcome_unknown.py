@@ -63,16 +63,15 @@ def test_an_unknown_outcome_has_run_again_deny_and_resolve_with_a_result() -> No
 
 def test_the_effects_table_lists_each_call() -> None:
     part = templates().get_template("_effects.html")
-    html = part.render(effects=effects_table(records("s1")))
+    html = part.render(effects=effects_table(records("s1").effects))
     assert html.count('<tr class="outcome-') == 2
     assert '<tr class="outcome-unknown">' in html
     assert "1: started 2026-12-02 10:00:00 UTC, no end recorded" in html
     assert "2: started 2026-12-02 10:01:00 UTC, returned" in html
     assert '<td data-label="Decided by">ana</td>' in html
-    assert "1 older call not kept." in html
     assert "does not list" in part.render(effects=effects_table(None))
     assert "No calls of write" in part.render(
-        effects=effects_table(records("s1").model_copy(update={"effects": [], "dropped": 0}))
+        effects=effects_table([])
     )
 
 

@@ -1,9 +1,10 @@
 """``keel resolve`` and ``keel effects``, driven as a user does, in ``keel`` processes.
 
-Argument errors need no server. The rest run against the stand-in session on a real
-Temporal (``tests/fakes/outcome_unknown_session.py``: the contract's queries and ``decide``
-update, with Keel's checks), whose worker runs in this test's event loop while ``keel`` runs
-in a thread.
+Argument errors need no server. The last test runs a real AgentSession whose write tool's
+attempt ended without a result; the others run a stand-in session on a real Temporal
+(``tests/fakes/outcome_unknown_session.py``: the contract's queries and ``decide`` update, with
+Keel's checks), to reach outputs a real session makes rarely. The worker runs in this test's
+event loop while ``keel`` runs in a thread.
 """
 
 from __future__ import annotations
@@ -208,7 +209,6 @@ async def test_effects_lists_each_call_and_show_and_watch_name_a_retry(
             assert human.returncode == 0, human.stderr
             assert human.stdout.splitlines() == [
                 f"session {session}: 2 journaled tool call(s), oldest first",
-                "(1 older call(s) not kept)",
                 "refund (toolUseId t1, turn 1): write, unknown (interrupt ou-1)",
                 "  attempt 1: started 2026-12-02T10:00:00+00:00 on w1@host, never said how it "
                 "ended (its worker stopped, or it still runs): the outcome is unknown",
@@ -240,3 +240,68 @@ async def test_effects_lists_each_call_and_show_and_watch_name_a_retry(
         assert done.returncode == 2, done.stderr
         assert one_line(done) == f"keel: no session {missing!r}"
         assert done.stdout == ""
+
+
+async def test_a_real_session_offers_resolve_takes_it_and_lists_the_call(
+    server_env: dict[str, str], temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """An AgentSession whose write tool's attempt ended without a result, end to end."""
+    from keel import KeelClient, open_store
+    from keel.activities.effects_journal import EffectJournal
+    from keel.worker.process.assembly import build_worker
+    from tests.helpers.scripts import respond, text, tool_use, write_script
+
+    client: Client = temporal_env.client
+    queue = server_env["KEEL_TASK_QUEUE"]
+    store_dir = tmp_path / "store"
+    store = open_store(str(store_dir))
+    env = {**server_env, "KEEL_STORE": str(store_dir)}
+    session = f"cli-real-{uuid.uuid4().hex[:8]}"
+    ledger = tmp_path / "ledger"
+    model = write_script(
+        tmp_path / "script.json",
+        [
+            respond(
+                tool_use("r1", "refund", directory=str(ledger), value="refund 7"),
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ],
+    )
+    EffectJournal(store.backend, f"{session}/r1").start(1, "gone/1")  # as a SIGKILL leaves it
+    (tmp_path / "result.txt").write_text("refund 7 went through: ref R-123\n")
+    worker = build_worker(client, queue, ["tests.fault_tools"], store=store)
+    async with worker:
+        keel_client = KeelClient(client, queue, store)
+        config = SessionConfig(model=model, tool_modules=["tests.fault_tools"])
+        ack = await keel_client.prompt(session, "refund order 7", config=config)
+        record = await keel_client.wait_turn(session, ack.turn_id, timeout_s=30)
+        [interrupt] = record.interrupts
+        assert interrupt.kind == "outcome_unknown"
+
+        pending = await run("pending", session, env=env, cwd=tmp_path)
+        assert pending.returncode == 0, pending.stderr
+        for command in (
+            f"keel approve {session} {interrupt.id}",
+            f"keel deny {session} {interrupt.id}",
+            f"keel resolve {session} {interrupt.id} --result '...'",
+        ):
+            assert command in pending.stdout, pending.stdout
+
+        done = await run(
+            "resolve", session, interrupt.id, "--result-file", "result.txt", env=env, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        assert (await keel_client.turn(session, ack.turn_id)).status == "completed"
+
+        listed = await run("effects", session, env=env, cwd=tmp_path)
+        as_json = await run("effects", session, "--json", env=env, cwd=tmp_path)
+        state = await keel_client.state(session)
+    assert listed.returncode == 0, listed.stderr
+    assert f"refund (toolUseId r1, turn {ack.turn_id}): write, resolved" in listed.stdout
+    [call] = json.loads(as_json.stdout)
+    assert (call["tool"], call["outcome"], call["effect"]) == ("refund", "resolved", "write")
+    assert [a["attempt"] for a in call["attempts"]] == [1]
+    result = state.messages[2].content[0].toolResult
+    assert result is not None and result.content[0].text == "refund 7 went through: ref R-123\n"
+    assert not (ledger / "effects.log").exists()  # nothing ran again

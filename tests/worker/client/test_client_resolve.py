@@ -96,7 +96,7 @@ async def test_resolve_is_signed_and_sent_and_forgeries_are_refused(
             effects=records(session),
         )
         try:
-            assert await keel.effects(session) == records(session)
+            assert await keel.effects(session) == records(session).effects
 
             # unsigned, signed by another's key, or naming a question-less approval: refused
             with pytest.raises(RequestRejected, match="no approver"):
