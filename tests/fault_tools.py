@@ -9,7 +9,8 @@ once. A test finds the kill point by watching that log:
 - ``effect``: the side effect is done (or was found done already: ``again``);
 - ``done``: the tool returns now.
 
-Each line names the step, the session, the toolUseId, the idempotency key and the process.
+Each line names the step, the session, the toolUseId, the idempotency key, the process and
+``ctx.attempt``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "hang_sync",
     "lookup",
     "nan_value",
+    "read_attempts",
     "read_effects",
     "read_runs",
     "refund",
@@ -38,7 +40,10 @@ __all__ = [
 
 
 def _log(directory: Path, step: str, ctx: ToolContext) -> None:
-    line = f"{step} {ctx.session_id} {ctx.tool_use_id} {ctx.idempotency_key} {os.getpid()}\n"
+    line = (
+        f"{step} {ctx.session_id} {ctx.tool_use_id} {ctx.idempotency_key} {os.getpid()} "
+        f"{ctx.attempt}\n"
+    )
     with (directory / "runs.log").open("a", encoding="utf-8") as f:
         f.write(line)
 
@@ -252,3 +257,15 @@ def read_effects(directory: str | Path) -> list[str]:
     """The effects applied, in order."""
     path = Path(directory) / "effects.log"
     return path.read_text().splitlines() if path.exists() else []
+
+
+def read_attempts(directory: str | Path) -> list[tuple[str, int]]:
+    """The run log as ``(step, ctx.attempt)``, in order."""
+    path = Path(directory) / "runs.log"
+    if not path.exists():
+        return []
+    return [
+        (parts[0], int(parts[5]))
+        for parts in (line.split() for line in path.read_text().splitlines())
+        if len(parts) >= 6
+    ]

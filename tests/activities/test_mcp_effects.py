@@ -118,7 +118,14 @@ async def test_effects_for_a_tool_the_server_does_not_offer_stop_the_start() -> 
 
 async def test_server_everything_declares_all_three_classes() -> None:
     with everything_http() as url:
-        servers = McpServers([McpServerConfig(name="every", url=url)])
+        # not its echo: a test tool module loaded in this process has one (names are unique)
+        offered = (
+            "get-sum",
+            "get-annotated-message",
+            "gzip-file-as-resource",
+            "toggle-simulated-logging",
+        )
+        servers = McpServers([McpServerConfig(name="every", url=url, tools=offered)])
         async with servers.running():
             effects = _effects(servers.specs())
     # what @modelcontextprotocol/server-everything declares (readOnlyHint / idempotentHint)

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from keel import Decision
-from tests.fault_tools import read_effects
+from keel import Decision, TurnRecord
+from keel.worker.client.errors import NoWorker
+from tests.fault_tools import read_attempts, read_effects
 from tests.faults.harness import Run, respond, text
 
 pytestmark = pytest.mark.timeout(400)
 HOLD_S = 6.0  # how long the tool stays at its kill point, so the kill lands there
+PARALLEL = 4
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,20 @@ class Found:
     asked: bool = False
     outcome: str | None = None
     resume_s: float | None = None
+    starts: list[int] = field(default_factory=list)  # ctx.attempt of each run of the body
     errors: list[str] = field(default_factory=list)
+
+
+async def _turn(run: Run, turn: int) -> TurnRecord:
+    """The turn once it waits for a person or ended; a worker still starting is waited for."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return await run.keel.wait_turn(run.session, turn, timeout_s=120)
+        except NoWorker:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -111,7 +126,7 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
             await _until(lambda: any(r[0] == step for r in run.runs()), 60, f"step {step}")
         killed_at = run.workers[-1].kill()
         run.start_worker()
-        record = await run.keel.wait_turn(run.session, ack.turn_id, timeout_s=120)
+        record = await _turn(run, ack.turn_id)
         found.resume_s = time.monotonic() - killed_at
         if record.status == "awaiting_human":
             found.asked = True
@@ -131,12 +146,13 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
                     approver="alice",
                 )
             await handle.execute_update("decide", decision)
-            record = await run.keel.wait_turn(run.session, ack.turn_id, timeout_s=120)
+            record = await _turn(run, ack.turn_id)
         if record.status != "completed":
             found.errors.append(f"turn ended {record.status}: {record.error}")
         effects = await run.keel.effects(run.session)
         found.outcome = effects[0].outcome if effects else None
         found.effects = len(read_effects(run.effects_dir))
+        found.starts = [n for step, n in read_attempts(run.effects_dir) if step == "start"]
     except Exception as err:  # noqa: BLE001 - reported by the case's test, with its logs
         found.errors.append(f"{type(err).__name__}: {err}")
     finally:
@@ -151,7 +167,14 @@ async def found(
     workdir = tmp_path_factory.mktemp("effect-kills")
     client = temporal_env.client
     address = client.service_client.config.target_host
-    results = await asyncio.gather(*(_scenario(client, address, workdir, c) for c in CASES))
+    # at most PARALLEL at once: each has two worker processes, and the suite runs beside them
+    limit = asyncio.Semaphore(PARALLEL)
+
+    async def one(case: Case) -> Found:
+        async with limit:
+            return await _scenario(client, address, workdir, case)
+
+    results = await asyncio.gather(*(one(c) for c in CASES))
     lines = [
         f"effect_kill[{c.name}] effects={r.effects} asked={r.asked} outcome={r.outcome} "
         f"resume_s={r.resume_s if r.resume_s is None else round(r.resume_s, 1)}"
@@ -168,3 +191,5 @@ def test_an_effect_happens_once_or_a_person_decides(found: dict[str, Found], cas
     assert result.errors == [], result
     assert result.effects == case.expect_effects, result
     assert result.asked == case.expect_asked, result
+    # each run of the body knows which it is (ctx.attempt): 1, then 2 when it ran again
+    assert result.starts == list(range(1, len(result.starts) + 1)), result

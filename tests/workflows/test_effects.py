@@ -26,7 +26,7 @@ from keel.activities.effects_journal import EffectJournal
 from keel.worker.signing import ApproverKey, generate_key
 from keel.workflows.activity_options import TOOL_ACTIVITY
 from keel.workflows.contracts import SessionConfig
-from tests.fault_tools import read_effects, read_runs
+from tests.fault_tools import read_attempts, read_effects, read_runs
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -129,6 +129,7 @@ async def test_approve_runs_it_again_once_and_deny_tells_the_model(
     await save_history(keel.client, approved, "effect_approved_again")
     await save_history(keel.client, denied, "effect_denied")
     assert read_effects(ran) == ["refund 20"]  # once, as the person decided
+    assert read_attempts(ran) == [("start", 2), ("effect", 2), ("done", 2)]  # ctx.attempt
     assert read_effects(refused) == []
     assert result_texts(ran_state.messages[2]) == [("r1", "success", "refunded refund 20")]
     [(_, status, said)] = result_texts(denied_state.messages[2])

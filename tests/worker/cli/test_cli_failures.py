@@ -41,9 +41,11 @@ COMMANDS = (
     "approve",
     "deny",
     "respond",
+    "resolve",
     "steer",
     "cancel",
     "pending",
+    "effects",
     "show",
     "watch",
     "sessions",
@@ -62,6 +64,8 @@ ON_A_SESSION = {
     "approve": ["approve", "S", "I"],
     "deny": ["deny", "S", "I", "--reason", "no"],
     "respond": ["respond", "S", "I", "yes"],
+    "resolve": ["resolve", "S", "I", "--result", "it went through"],
+    "effects": ["effects", "S"],
     "steer": ["steer", "S", "use metric units"],
     "cancel": ["cancel", "S"],
     "pending": ["pending", "S"],
@@ -71,9 +75,9 @@ ON_A_SESSION = {
     "policy": ["policy", "S"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
-WAITING = ("run", "approve", "deny", "respond", "steer", "cancel", "watch")
+WAITING = ("run", "approve", "deny", "respond", "resolve", "steer", "cancel", "watch")
 # The commands that read a session, and so fail (exit 1) when no worker can answer.
-READING = ("pending", "show", "policy")
+READING = ("pending", "show", "policy", "effects")
 
 
 def on(name: str, session: str, interrupt: str = "no-such-interrupt") -> list[str]:
@@ -471,6 +475,11 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["approve", "s1"], "keel approve: the following arguments are required: id"),
     (["deny"], "keel deny: the following arguments are required: session, id"),
     (["respond", "s1", "i1"], "keel respond: the following arguments are required: value"),
+    (
+        ["resolve", "s1", "i1"],
+        "keel resolve: one of the arguments --result --result-file is required",
+    ),
+    (["effects"], "keel effects: the following arguments are required: session"),
     (["steer", "s1"], "keel steer: the following arguments are required: text"),
     (["steer", "s1", " "], "keel: the steering text is empty"),
     (["cancel"], "keel cancel: the following arguments are required: session"),
