@@ -26,14 +26,17 @@ model is told it timed out (and may call it again, as a new call); nothing runs 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keel.activities.effects_journal import UNKNOWN_ENDS, EffectJournal
+from keel.activities.tools import ToolContext
 from keel.workflows.activity_contracts import ToolRequest, ToolResponse
 from keel.workflows.contracts import Effect
 from keel.workflows.effect_contracts import (
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
     from keel.activities.mcp.servers import McpTool
     from keel.activities.tools import RegisteredTool
 
-__all__ = ["BodyEnd", "journaled_effect", "run_journaled"]
+__all__ = ["BodyEnd", "call_of", "journaled_effect", "reconciled", "run_journaled"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +131,55 @@ async def run_journaled(
     if outcome == "done":
         return response  # the common case: the journal holds its attempt, history nothing more
     return _reported(response, effect, outcome, attempts, last)
+
+
+def call_of(
+    entry: RegisteredTool, request: ToolRequest, attempt: int
+) -> tuple[ToolContext, dict[str, Any]]:
+    """The ``ctx`` and the keyword arguments a call of the tool (or its reconcile) gets.
+
+    Raises:
+        ValidationError: the input does not fit the tool's parameters.
+    """
+    use = request.tool_use
+    args = entry.input_model.model_validate(use.input)
+    kwargs = {field: getattr(args, field) for field in type(args).model_fields}
+    ctx = ToolContext(
+        session_id=request.session_id,
+        tool_use_id=use.toolUseId,
+        idempotency_key=request.idempotency_key,
+        answers=request.answers,
+        attempt=attempt,
+    )
+    return ctx, kwargs
+
+
+async def reconciled(
+    entry: RegisteredTool,
+    request: ToolRequest,
+    finish: Callable[[Any], ToolResponse],
+    attempts: int,
+) -> ToolResponse | None:
+    """Ask a ``write`` tool's ``reconcile`` whether its effect happened.
+
+    It gets the tool's arguments (and ``ctx`` when the tool takes one): a value other than
+    None is the tool's result, made a response by ``finish`` (which keeps it as a result of the
+    tool is); None means it did not happen.
+
+    Raises:
+        Exception: reconcile raised, or the input does not fit the tool (a person decides).
+    """
+    assert entry.reconcile is not None
+    use = request.tool_use
+    ctx, kwargs = call_of(entry, request, attempts)
+    call = functools.partial(entry.reconcile, *((ctx,) if entry.takes_context else ()), **kwargs)
+    if asyncio.iscoroutinefunction(entry.reconcile):
+        value = await call()
+    else:
+        value = await asyncio.to_thread(contextvars.copy_context().run, call)
+    if value is None:
+        return None
+    return await asyncio.to_thread(finish, value)
 
 
 async def _settle(

@@ -31,7 +31,13 @@ from keel.activities.effects_journal import EffectJournal
 from keel.activities.heartbeats import LoopHeartbeats
 from keel.activities.mcp.config import McpTransportError
 from keel.activities.store import ConversationStore
-from keel.activities.tool_effects import BodyEnd, journaled_effect, run_journaled
+from keel.activities.tool_effects import (
+    BodyEnd,
+    call_of,
+    journaled_effect,
+    reconciled,
+    run_journaled,
+)
 from keel.activities.tools import (
     RegisteredTool,
     ToolContext,
@@ -96,7 +102,9 @@ class ToolActivities:
         journal = EffectJournal(self.store.backend, request.idempotency_key)
         reconcile = None
         if entry is not None and remote is None and entry.reconcile is not None:
-            reconcile = functools.partial(_reconcile, entry, request, self._keep)
+            use = request.tool_use
+            finish = functools.partial(_finish, use.name, use.toolUseId, self._keep)
+            reconcile = functools.partial(reconciled, entry, request, finish)
         return await run_journaled(request, effect, journal, body, reconcile)
 
     def _keep(self, response: ToolResponse) -> ToolResponse:
@@ -159,17 +167,9 @@ async def run_tool(
         if entry.spec.runs_on == "client" or request.client_output is not None:
             return await _client_result(entry, request, keep)
         try:
-            args = entry.input_model.model_validate(use.input)
+            ctx, kwargs = call_of(entry, request, attempt)
         except ValidationError as err:
             return _error(use.toolUseId, f"invalid input for tool {use.name!r}: {_compact(err)}")
-        kwargs = {field: getattr(args, field) for field in type(args).model_fields}
-        ctx = ToolContext(
-            session_id=request.session_id,
-            tool_use_id=use.toolUseId,
-            idempotency_key=request.idempotency_key,
-            answers=request.answers,
-            attempt=attempt,
-        )
         finish = functools.partial(_finish, use.name, use.toolUseId, keep)
         job = _invoke(entry, ctx, kwargs, finish)
     timeout = request.timeout_s if request.timeout_s > 0 else None
@@ -213,41 +213,6 @@ async def run_tool(
         return _error(use.toolUseId, f"tool {use.name!r} failed: {type(exc).__name__}: {exc}")
     ending.how = "returned"
     return response
-
-
-async def _reconcile(
-    entry: RegisteredTool,
-    request: ToolRequest,
-    keep: Callable[[ToolResponse], ToolResponse],
-    attempts: int,
-) -> ToolResponse | None:
-    """Ask a ``write`` tool's ``reconcile`` whether its effect happened.
-
-    It gets the tool's arguments (and ``ctx`` when the tool takes one): a value other than
-    None is the tool's result, kept as a result of the tool is; None means it did not happen.
-
-    Raises:
-        Exception: reconcile raised, or the input does not fit the tool (a person decides).
-    """
-    assert entry.reconcile is not None
-    use = request.tool_use
-    args = entry.input_model.model_validate(use.input)
-    kwargs = {field: getattr(args, field) for field in type(args).model_fields}
-    ctx = ToolContext(
-        session_id=request.session_id,
-        tool_use_id=use.toolUseId,
-        idempotency_key=request.idempotency_key,
-        answers=request.answers,
-        attempt=attempts,
-    )
-    call = functools.partial(entry.reconcile, *((ctx,) if entry.takes_context else ()), **kwargs)
-    if asyncio.iscoroutinefunction(entry.reconcile):
-        value = await call()
-    else:
-        value = await asyncio.to_thread(contextvars.copy_context().run, call)
-    if value is None:
-        return None
-    return await asyncio.to_thread(_finish, use.name, use.toolUseId, keep, value)
 
 
 class _KeepFailed(Exception):

@@ -32,7 +32,6 @@ def reset_client() -> None:
 class S3Backend:
     """Objects under ``s3://bucket/prefix/``; the standard AWS configuration chain applies."""
 
-
     def __init__(self, bucket: str, prefix: str = "") -> None:
         """Name the bucket and the key prefix."""
         self.bucket = bucket

@@ -9,15 +9,21 @@ ran once) is in the conversation, its attempt in the effects journal of the stor
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 from keel.activities.effects_journal import EffectJournal
 from keel.activities.store import ConversationStore, StoreError
-from keel.workflows.effect_contracts import EffectRecord, EffectsView
+from keel.workflows.effect_contracts import EffectAttempt, EffectRecord, EffectsView
 from keel.workflows.messages import Message, tool_uses
 
 __all__ = ["effect_records"]
 
 logger = logging.getLogger(__name__)
+
+# Attempts of finished calls (their journal is written once), by store and idempotency key:
+# a page that lists a long session again and again reads each journal once.
+FINISHED_KEPT = 4096
+_FINISHED: OrderedDict[str, list[EffectAttempt]] = OrderedDict()
 
 
 def effect_records(
@@ -65,11 +71,19 @@ def effect_records(
 def _with_attempts(record: EffectRecord, store: ConversationStore | None) -> EffectRecord:
     if store is None:
         return record
-    try:
-        attempts = EffectJournal(store.backend, record.idempotency_key).read().attempts
-    except (StoreError, OSError, ValueError) as err:
-        logger.warning("cannot read the journal of %s: %s", record.idempotency_key, err)
-        return record
+    key = f"{store.name}\0{record.idempotency_key}"
+    attempts = _FINISHED.get(key)
+    if attempts is None:
+        try:
+            journal = EffectJournal(store.backend, record.idempotency_key).read()
+        except (StoreError, OSError, ValueError) as err:
+            logger.warning("cannot read the journal of %s: %s", record.idempotency_key, err)
+            return record
+        attempts = journal.attempts
+        if journal.done is not None:  # a finished call's journal never changes: keep it
+            _FINISHED[key] = attempts
+            while len(_FINISHED) > FINISHED_KEPT:
+                _FINISHED.popitem(last=False)
     if not attempts:  # resolved or denied before any attempt of this client's store
         return record
     return record.model_copy(update={"attempts": attempts})

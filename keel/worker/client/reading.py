@@ -153,11 +153,18 @@ class SessionReader(SessionCaller):
             state = state.model_copy(update={"messages": messages, "base": None, "result_refs": {}})
         return state
 
-    async def effects(self, session_id: str) -> list[EffectRecord]:
+    async def effects(
+        self, session_id: str, state: SessionState | None = None
+    ) -> list[EffectRecord]:
         """Each call of a ``write`` or ``idempotent`` tool, in order, with its attempts.
 
         The attempts come from the effects journal in the store (``KEEL_STORE``); without
         the store, only those of the calls that were not plain (retried, settled by a person).
+
+        Args:
+            session_id: the session.
+            state: the session's state with its messages, when the caller has just read it
+                (the web page): not read again.
 
         Raises:
             StoreError: a message of an earlier run cannot be read from the store.
@@ -168,7 +175,8 @@ class SessionReader(SessionCaller):
                 AgentSession.effects, rpc_timeout=self.query_timeout
             ),
         )
-        state = await self.state(session_id)
+        if state is None:
+            state = await self.state(session_id)
         return await asyncio.to_thread(effect_records, session_id, state.messages, view, self.store)
 
     async def pending(self, session_id: str) -> PendingView:

@@ -27,6 +27,7 @@ from keel.worker.ui.views import (
     session_view,
 )
 from keel.workflows.effect_contracts import EffectRecord
+from keel.workflows.contracts import SessionState
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ async def render_session(
     view = session_view(state)
     values = {
         "view": view,
-        "effects": effects_table(await _effects(keel, session)),
+        "effects": effects_table(await _effects(keel, state)),
         "csrf": visit.csrf,
         "name": visit.name,
         "identity": ui.identity(state.config, visit),
@@ -65,10 +66,11 @@ async def render_session(
     return SessionParts(view=view, html=html)
 
 
-async def _effects(keel: KeelClient, session: str) -> list[EffectRecord] | None:
+async def _effects(keel: KeelClient, state: SessionState) -> list[EffectRecord] | None:
     """The session's journaled calls; None when its worker has no ``effects`` query (older)."""
+    session = state.session_id
     try:
-        return await keel.effects(session)
+        return await keel.effects(session, state)
     except WorkflowQueryFailedError as err:
         logger.info("session %s lists no effects: %s", session, err.message)
         return None
