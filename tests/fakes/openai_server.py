@@ -135,6 +135,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float = field(default_factory=time.monotonic)  # when it arrived
+    wall: float = field(default_factory=time.time)  # the same, by the clock a date is read by
 
 
 def split(text: str, parts: int) -> list[str]:
