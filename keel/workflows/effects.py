@@ -53,7 +53,9 @@ class EffectBook:
         report = response.effect
         if report is None:
             if response.attempt is not None and response.attempt > 1:
-                self._retried(turn, cycle, use, response.attempt, "its worker was lost")
+                self._retried(
+                    turn, cycle, use, response.attempt, "ended without a result (run again)"
+                )
             return
         record = self._ledger.effects.get(use.toolUseId)
         if record is None:
@@ -134,7 +136,7 @@ class EffectBook:
             tool=use.name,
             id=use.toolUseId,
             attempt=attempt,
-            previous=previous or "the previous attempt ended without a result",
+            previous=previous or "ended without a result",
         )
 
 

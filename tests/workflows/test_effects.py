@@ -506,3 +506,39 @@ async def test_a_sub_agents_write_tool_is_settled_through_its_parent(
     assert read_runs(tmp_path) == []
     assert result_texts(child_state.messages[2]) == [("r1", "success", "made by hand")]
     assert record.outcome == "resolved"
+
+
+async def test_a_retry_reads_well_in_show_watch_and_the_page(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    store: ConversationStore,
+    tmp_path: Path,
+) -> None:
+    """The ``tool_retried`` event a real run emits, as each view words it."""
+    from keel.worker.cli.follow import event_line
+    from keel.worker.client.effects_listing import retried_text
+    from keel.worker.ui.context import templates
+    from keel.worker.ui.views import effects_table, session_view
+
+    session = sid()
+    crashed(store, session, "r1")
+    config = refund_script(script, "effect", tmp_path)
+    async with run_worker():
+        ack = await keel.prompt(session, "go", config=config)
+        assert (await keel.wait_turn(session, ack.turn_id, timeout_s=30)).status == "completed"
+        state = await keel.state(session)
+        records = await keel.effects(session, state)
+    [event] = [e for e in state.events if e.type == "tool_retried"]
+    said = retried_text(event.detail)
+    assert said.startswith("retried (attempt 2): attempt 1 (started "), said
+    assert "on dead-host/4242) ended without a result" in said
+    assert "previous attempt attempt" not in said
+    assert said in (event_line(event, {}) or "")
+    html = (
+        templates()
+        .get_template("_effects.html")
+        .render(view=session_view(state), effects=effects_table(records))
+    )
+    assert f"effect (r1): {said}" in html.replace("&#39;", "'")
+    assert '<tr class="outcome-retried">' in html

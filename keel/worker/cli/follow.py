@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
+from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.client.streams import TextChunk
@@ -67,17 +68,6 @@ def tokens_text(inputs: object, outputs: object, usage: Any) -> str:
     if not inputs and not outputs:
         return "tokens unknown (not reported by the model server)"
     return f"{inputs} in / {outputs} out tokens, and some the model server did not report"
-
-
-def retried_text(detail: Mapping[str, Any]) -> str:
-    """``retried (attempt N): previous attempt ended ...`` of a ``tool_retried`` event.
-
-    Its ``previous`` says, in words, how the attempt before ended (``ended without a
-    result``).
-    """
-    previous = detail.get("previous")
-    said = f": previous attempt {previous}" if previous else ""
-    return f"retried (attempt {detail.get('attempt')}){said}"
 
 
 def _error_of(event: Event, turns: Mapping[int, TurnRecord]) -> str | None:

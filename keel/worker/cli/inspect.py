@@ -36,7 +36,8 @@ T = TypeVar("T")
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
-    from keel.worker.cli.follow import retried_text, tokens_text
+    from keel.worker.cli.follow import tokens_text
+    from keel.worker.client.effects_listing import retried_text
     from keel.worker.cli.session_access import reading_session
 
     async with reading_session(settings, args.session, wait_for_worker=False) as access:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
 
 from keel.activities.effects_journal import EffectJournal
 from keel.activities.store import ConversationStore, StoreError
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord, EffectsView
 from keel.workflows.messages import Message, tool_uses
 
-__all__ = ["effect_records"]
+__all__ = ["effect_records", "retried_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,23 @@ def effect_records(
                 listed.append(record)
     listed.extend(recorded.values())  # calls of the cycle in progress, not appended yet
     return [_with_attempts(record, store) for record in listed]
+
+
+def retried_text(detail: Mapping[str, Any]) -> str:
+    """``retried (attempt N): previous attempt ...`` of a ``tool_retried`` event.
+
+    Its ``previous`` says, in words, how the attempt before ended: a phrase (``ended without
+    a result``), or a whole account that names the attempt (``attempt 1 (started ...) ended
+    ...``).
+    """
+    previous = detail.get("previous")
+    if not previous:
+        said = ""
+    elif str(previous).startswith("attempt "):
+        said = f": {previous}"
+    else:
+        said = f": previous attempt {previous}"
+    return f"retried (attempt {detail.get('attempt')}){said}"
 
 
 def _with_attempts(record: EffectRecord, store: ConversationStore | None) -> EffectRecord:

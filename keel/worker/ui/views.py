@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.reading import SessionSummary
 from keel.workflows.contracts import Interrupt, SessionState
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
@@ -210,6 +211,7 @@ class SessionView:
     signed: bool = False
     said: list[Shown] = field(default_factory=list)
     standing: list[StandingView] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,11 @@ def session_view(state: SessionState) -> SessionView:
             Shown.of(b.text)
             for b in (state.pending.message.content if state.pending.message else [])
             if b.text
+        ],
+        retries=[
+            f"{e.detail.get('tool')} ({e.detail.get('id')}): {retried_text(e.detail)}"
+            for e in state.events
+            if e.type == "tool_retried"
         ],
         standing=[
             StandingView(tool=a.tool, when=describe(a.when), granted_by=a.granted_by)

@@ -14,7 +14,8 @@ import pytest
 
 from keel.worker.cli import console
 from keel.worker.cli.console import ask_decision, decide_commands, print_interrupts
-from keel.worker.cli.follow import event_line, progress_line, retried_text
+from keel.worker.cli.follow import event_line, progress_line
+from keel.worker.client.effects_listing import retried_text
 from keel.workflows.contracts import Event
 from keel.workflows.notifications import interrupt_event
 from tests.helpers.outcome_unknown import AT, outcome_unknown, retried_event
