@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field, field_serializer
+from pydantic import Field, field_serializer, field_validator
 from temporalio import workflow
 
 from keel.workflows.contracts import (
@@ -539,7 +539,8 @@ class SessionInput(KeelModel):
     Attributes:
         config: the session's configuration.
         messages: imported history; normalised (S3), its tool uses never executed.
-        prompt: optional first prompt, queued as turn 1.
+        prompt: optional first prompt, queued as turn 1: content blocks, or a string (one
+            text block), as a raw start (``temporal workflow start --input``) may give it.
         carried: set only by continue-as-new: the previous run's ledger.
         single_turn: close the session once its first turn ends, returning that turn in
             ``SessionResult.last_turn`` (``run_agent``, sub-agents).
@@ -556,3 +557,9 @@ class SessionInput(KeelModel):
     parent_session: str | None = None
     ancestors: list[str] = Field(default_factory=list)
     standing: list[StandingApproval] = Field(default_factory=list)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _text_prompt(cls, value: Any) -> Any:
+        """A string prompt is one text block."""
+        return [{"text": value}] if isinstance(value, str) else value
