@@ -120,6 +120,15 @@ class ModelResponse(CompactModel):
     output_errors: dict[str, list[str]] | None = None
 
 
+def idempotency_key(session_id: str, tool_use_id: str) -> str:
+    """A tool call's idempotency key, ``<session id>/<toolUseId>``: the same on every run.
+
+    What ``ctx.idempotency_key`` holds, a client-side call carries, and the effects journal
+    is keyed by.
+    """
+    return f"{session_id}/{tool_use_id}"
+
+
 class ToolRequest(CompactModel):
     """Input of the ``keel.tool.run`` activity.
 

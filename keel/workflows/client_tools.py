@@ -37,7 +37,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from keel.workflows.activity_contracts import ClientOutput, ToolRequest, ToolResponse
+    from keel.workflows.activity_contracts import (
+        ClientOutput,
+        ToolRequest,
+        ToolResponse,
+        idempotency_key,
+    )
     from keel.workflows.activity_options import (
         CLIENT_CHECK_TIMEOUT_S,
         TOOL_ACTIVITY,
@@ -131,7 +136,7 @@ class ClientTools:
         call = ClientCall(
             id=str(workflow.uuid4()),
             tool_use=use,
-            idempotency_key=f"{session_id}/{use.toolUseId}",
+            idempotency_key=idempotency_key(session_id, use.toolUseId),
             turn=record.turn_id,
             cycle=pending.cycle,
             timeout_s=spec.timeout_s,

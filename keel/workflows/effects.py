@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from keel.workflows.activity_contracts import ToolResponse
-from keel.workflows.contracts import Interrupt, SessionConfig
+from keel.workflows.activity_contracts import ToolResponse, idempotency_key
+from keel.workflows.contracts import Effect, Interrupt, SessionConfig
 from keel.workflows.effect_contracts import EffectOutcome, EffectRecord, EffectsView
 from keel.workflows.ledger import Ledger
 from keel.workflows.messages import ToolResult, ToolResultContent, ToolUse
@@ -57,17 +57,7 @@ class EffectBook:
                     turn, cycle, use, response.attempt, "ended without a result (run again)"
                 )
             return
-        record = self._ledger.effects.get(use.toolUseId)
-        if record is None:
-            record = EffectRecord(
-                tool=use.name,
-                tool_use_id=use.toolUseId,
-                idempotency_key=_key(use),
-                effect=report.effect,
-                turn=turn,
-                outcome=report.outcome,
-            )
-            self._add(record)
+        record = self._record(use, report.effect, turn, report.outcome)
         record.attempts = list(report.attempts)
         record.effect = report.effect
         if record.outcome not in ("resolved", "denied") or report.outcome != "unknown":
@@ -98,17 +88,8 @@ class EffectBook:
             The call's result when the person resolved it (their text, as the tool's
             result); None when they approved a run again, or did not go ahead.
         """
-        record = self._ledger.effects.get(use.toolUseId)
-        if record is None:  # a run that reported nothing journaled (cannot be, but be whole)
-            record = EffectRecord(
-                tool=use.name,
-                tool_use_id=use.toolUseId,
-                idempotency_key=_key(use),
-                effect="write",
-                turn=interrupt.turn,
-                outcome="unknown",
-            )
-            self._add(record)
+        # made here only for a run that reported nothing journaled (cannot be, but be whole)
+        record = self._record(use, "write", interrupt.turn, "unknown")
         record.interrupt_id = interrupt.id
         record.decided_by = interrupt.decided_by
         record.outcome = _SETTLED_BY.get(interrupt.status, "unknown")
@@ -119,12 +100,27 @@ class EffectBook:
         text = interrupt.answer if isinstance(interrupt.answer, str) else str(interrupt.answer)
         return ToolResult(toolUseId=use.toolUseId, content=[ToolResultContent(text=text)])
 
-    def _add(self, record: EffectRecord) -> None:
+    def _record(
+        self, use: ToolUse, effect: Effect, turn: int, outcome: EffectOutcome
+    ) -> EffectRecord:
+        """The call's record; a new one (kept, the oldest let go past the bound) if none."""
         effects = self._ledger.effects
+        record = effects.get(use.toolUseId)
+        if record is not None:
+            return record
+        record = EffectRecord(
+            tool=use.name,
+            tool_use_id=use.toolUseId,
+            idempotency_key=idempotency_key(workflow.info().workflow_id, use.toolUseId),
+            effect=effect,
+            turn=turn,
+            outcome=outcome,
+        )
         effects[record.tool_use_id] = record
         while len(effects) > MAX_EFFECTS_KEPT:
             del effects[next(iter(effects))]
             self._ledger.effects_dropped += 1
+        return record
 
     def _retried(
         self, turn: int, cycle: int, use: ToolUse, attempt: int, previous: str | None
@@ -138,7 +134,3 @@ class EffectBook:
             attempt=attempt,
             previous=previous or "ended without a result",
         )
-
-
-def _key(use: ToolUse) -> str:
-    return f"{workflow.info().workflow_id}/{use.toolUseId}"

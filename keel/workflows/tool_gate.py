@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from keel.workflows.activity_contracts import ToolRequest, ToolResponse
+    from keel.workflows.activity_contracts import ToolRequest, ToolResponse, idempotency_key
     from keel.workflows.activity_options import (
         TOOL_ACTIVITY,
         TOOL_RETRY,
@@ -209,7 +209,7 @@ class ToolGate:
             ToolRequest(
                 session_id=session_id,
                 tool_use=use,
-                idempotency_key=f"{session_id}/{use.toolUseId}",
+                idempotency_key=idempotency_key(session_id, use.toolUseId),
                 timeout_s=spec.timeout_s,
                 answers=answers,
                 effect=self._config.tool_effects.get(use.name),

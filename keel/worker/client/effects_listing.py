@@ -15,6 +15,7 @@ from typing import Any
 
 from keel.activities.effects_journal import EffectJournal
 from keel.activities.store import ConversationStore, StoreError
+from keel.workflows.activity_contracts import idempotency_key
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord, EffectsView
 from keel.workflows.messages import Message, tool_uses
 
@@ -60,7 +61,7 @@ def effect_records(
                 record = EffectRecord(
                     tool=use.name,
                     tool_use_id=use.toolUseId,
-                    idempotency_key=f"{session_id}/{use.toolUseId}",
+                    idempotency_key=idempotency_key(session_id, use.toolUseId),
                     effect=view.classes[use.name],
                     outcome="done" if results[use.toolUseId] == "success" else "failed",
                 )
