@@ -184,3 +184,12 @@ def test_cli_output_and_bad_schema(tmp_path: Path) -> None:
     out = keel("run", "--model", model, "--output-schema", str(schema), "hi", env=env, cwd=tmp_path)
     assert out.returncode == 2
     assert "--output-schema" in out.stderr and "not a JSON Schema" in out.stderr
+    # checked before anything starts: a folder without Keel gets no server and no .keel/
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = keel(
+        "run", "--model", model, "--output-schema", str(schema), "hi", env=env, cwd=elsewhere
+    )
+    assert out.returncode == 2, out.stderr
+    assert "not a JSON Schema" in out.stderr
+    assert not (elsewhere / ".keel").exists()

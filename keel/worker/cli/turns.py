@@ -81,6 +81,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     check_model_given(args.model, settings.model)  # before reading files or starting anything
     agent = read_agent(args.agent, args.model or settings.model)
     model: str | None = args.model or (agent.config.model if agent else settings.model)
+    # the files and flags of a new session, checked before a server starts (no model: the
+    # session must exist, which only the server can tell)
+    fresh = new_session_config(args, model, agent) if model else None
     if args.detach:
         await require_lasting_server(settings, "keel run --detach")
     async with open_connection(settings, create=_say_created, port=args.port) as connection:
@@ -108,7 +111,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             problem = session_id_problem(session, new=True)
             if problem is not None:
                 raise UsageError(f"--session: {problem}")
-            config = new_session_config(args, model, agent)
+            config = fresh or new_session_config(args, model, agent)
             check_model(config.model, local=connection.embedded)
             config = config.model_copy(update={"model": sendable_model(config.model)})
             check_start_size(config, messages, prompt, args.messages)
