@@ -115,6 +115,7 @@ class AgentSession:
         self._init_error: str | None = None
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
+        self._tool_tasks: list[asyncio.Task[None]] = []  # the running cycle's tool uses
         self._continuing = False
         self._ledger = self._starting_ledger(input)
         # the parts, each with its inputs; what they hold beyond the ledger is run-local
@@ -314,6 +315,9 @@ class AgentSession:
         try:
             await self._run_turns()
         except asyncio.CancelledError:  # cancelled in Temporal: Keel's record says so too
+            for task in self._tool_tasks:  # they run beside this one: stopped, not left on
+                task.cancel()
+            await asyncio.gather(*self._tool_tasks, return_exceptions=True)
             self._ledger.end_session(CANCELLED_IN_TEMPORAL, SESSION_CANCELLED)
             workflow.set_current_details("")
             raise
@@ -538,6 +542,7 @@ class AgentSession:
         uses = tool_uses(pending.message)
         todo = [u for u in uses if u.toolUseId not in pending.results]
         tasks = [asyncio.create_task(self._gate.resolve(record, pending, u)) for u in todo]
+        self._tool_tasks = tasks
         await workflow.wait_condition(
             lambda: all(t.done() for t in tasks) or self._can_park_for_approval()
         )
