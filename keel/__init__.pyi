@@ -16,7 +16,9 @@ from keel.worker.client.errors import RequestRejected as RequestRejected
 from keel.worker.client.errors import ScheduleNotFound as ScheduleNotFound
 from keel.worker.client.errors import SessionClosed as SessionClosed
 from keel.worker.client.errors import SessionNotFound as SessionNotFound
+from keel.worker.client.errors import WorkerWait as WorkerWait
 from keel.worker.client.keel_client import KeelClient as KeelClient
+from keel.worker.client.run_status import SessionEnd as SessionEnd
 from keel.worker.client.schedules import KeelSchedules as KeelSchedules
 from keel.worker.client.streams import TextChunk as TextChunk
 from keel.worker.process.assembly import connect as connect

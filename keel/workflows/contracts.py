@@ -24,7 +24,10 @@ from pydantic import (
 from keel.workflows.messages import ContentBlock, ConverseModel, Message, TokenUsage, ToolUse
 
 TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "awaiting_human"]
-SessionStatus = Literal["idle", "running", "closing", "closed"]
+# the last four only as a reader tells them: how Temporal ended the run (keel.workflows.run_ends)
+SessionStatus = Literal[
+    "idle", "running", "closing", "closed", "terminated", "cancelled", "timed_out", "failed"
+]
 EventType = Literal[
     "prompt_queued",
     "turn_started",
@@ -301,9 +304,16 @@ class CancelAck(KeelModel):
 
 
 class CloseInput(KeelModel):
-    """Input of the ``close`` signal."""
+    """Input of the ``close`` signal.
+
+    Attributes:
+        reason: why, for the log (and, with ``now``, the cancelled turns' error).
+        now: end the session now (``keel close``): cancel the running turn, drop the queued
+            ones; without it, the session ends once they have finished.
+    """
 
     reason: str = "closed by user"
+    now: bool = False
 
 
 class Interrupt(KeelModel):

@@ -174,12 +174,27 @@ class SessionRequests:
             raise InputRejected(f"turn {turn_id} is already being cancelled")
         check_reason(input)
 
-    def close(self, input: CloseInput) -> None:
-        """Close the session once the running and queued turns have finished."""
+    def close(self, input: CloseInput) -> bool:
+        """Close the session once its turns have finished; with ``now``, end them first.
+
+        Returns:
+            Whether the running turn is to be cancelled now (its calls stopped by the caller).
+        """
         reason = input.reason if isinstance(input, CloseInput) else "closed by user"
         # only logged, never stored: a signal from before the limits must close as it did
         workflow.logger.info("session closing: %s", reason[:REASON_BYTES])
-        self._ledger.closing = True
+        ledger = self._ledger
+        ledger.closing = True
+        if not (isinstance(input, CloseInput) and input.now):
+            return False
+        why = f"session closed: {reason[:REASON_BYTES]}"
+        for queued in ledger.queue:
+            ledger.end_turn(ledger.turns[queued.turn_id], "cancelled", "cancelled", error=why)
+        ledger.queue = []
+        if ledger.current_turn is None or ledger.cancel_reason is not None:
+            return False
+        ledger.cancel_reason = why
+        return True
 
     # ------------------------------------------------------------------ queries
 

@@ -44,6 +44,7 @@ from keel.workflows.contracts import (
 from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.limits import UPDATE_MEMORY_BYTES
 from keel.workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
+from keel.workflows.run_ends import UNFINISHED_TURN
 
 # How much of the past a run hands to the next beyond what it must.
 CARRIED_EVENTS = 50
@@ -312,6 +313,22 @@ class Ledger(KeelModel):
         record.error = error
         record.interrupts = []
         self.emit("turn_ended", turn=record.turn_id, status=status, stop_reason=stop_reason)
+
+    def end_session(self, reason: str, stop_reason: str) -> None:
+        """The session ends now, whatever it was doing (cancelled in Temporal, say).
+
+        Its pending interrupts are cancelled; its running, waiting and queued turns end
+        ``cancelled`` with ``stop_reason`` and ``reason`` as their error.
+        """
+        for interrupt in self.pending_interrupts():
+            self.close_interrupt(interrupt, "cancelled", reason=reason)
+        for record in self.turns.values():
+            if record.status in UNFINISHED_TURN:
+                self.end_turn(record, "cancelled", stop_reason, error=reason)
+        self.queue = []
+        self.leave_turn()
+        self.closed = True
+        self.emit("session_closed", reason=reason)
 
     def leave_turn(self) -> None:
         """The running turn is over: drop its cycle, and the guidance nobody saw."""

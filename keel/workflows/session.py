@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         model_schedule_to_close,
     )
     from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
-    from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.contracts import (
         OUTPUT_REMINDERS,
         Answer,
@@ -69,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         turn_error,
     )
     from keel.workflows.decisions import Decisions
+    from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
     from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
     from keel.workflows.limits import LIMITS_PATCH
@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         tool_uses,
     )
     from keel.workflows.notifications import Notifier
+    from keel.workflows.run_ends import CANCELLED_IN_TEMPORAL, SESSION_CANCELLED
     from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -114,6 +115,7 @@ class AgentSession:
         self._init_error: str | None = None
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
+        self._tool_tasks: list[asyncio.Task[None]] = []  # the running cycle's tool uses
         self._continuing = False
         self._ledger = self._starting_ledger(input)
         # the parts, each with its inputs; what they hold beyond the ledger is run-local
@@ -226,11 +228,15 @@ class AgentSession:
         """Stop the running turn at the next step and cancel its model call and tools."""
         ack, first = self._requests.cancel(input)
         if first:
-            if self._model_call is not None:
-                self._model_call.cancel()
-            for handle in self._gate.tool_calls.values():
-                handle.cancel()
+            self._stop_calls()
         return ack
+
+    def _stop_calls(self) -> None:
+        """Cancel the running turn's model call and tools (its ``cancel_reason`` is set)."""
+        if self._model_call is not None:
+            self._model_call.cancel()
+        for handle in self._gate.tool_calls.values():
+            handle.cancel()
 
     @cancel.validator
     def _validate_cancel(self, input: CancelInput) -> None:
@@ -247,8 +253,13 @@ class AgentSession:
 
     @workflow.signal
     def close(self, input: CloseInput) -> None:
-        """Close the session once the running and queued turns have finished."""
-        self._requests.close(input)
+        """Close the session once the running and queued turns have finished.
+
+        With ``now`` (``keel close``): the running turn is cancelled and the queued ones
+        dropped, their interrupts cancelled, first.
+        """
+        if self._requests.close(input):
+            self._stop_calls()
 
     @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
     def child_interrupts(self, input: ChildInterrupts) -> None:
@@ -301,6 +312,30 @@ class AgentSession:
         """Run queued turns one after another until the session is closed."""
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)
+        try:
+            await self._run_turns()
+        except asyncio.CancelledError:  # cancelled in Temporal: Keel's record says so too
+            for task in self._tool_tasks:  # they run beside this one: stopped, not left on
+                task.cancel()
+            await asyncio.gather(*self._tool_tasks, return_exceptions=True)
+            self._ledger.end_session(CANCELLED_IN_TEMPORAL, SESSION_CANCELLED)
+            workflow.set_current_details("")
+            raise
+        ledger = self._ledger
+        ledger.closed = True
+        ledger.emit("session_closed")
+        self._show_details()
+        await self._notifier.delivered()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return SessionResult(
+            session_id=workflow.info().workflow_id,
+            turns=len(ledger.turns),
+            usage=ledger.usage,
+            last_turn=ledger.turns[max(ledger.turns)] if ledger.turns else None,
+        )
+
+    async def _run_turns(self) -> None:
+        """Run the carried turn, then queued turns one after another, until closing."""
         ledger = self._ledger
         self._notifier.post_carried()  # notifications the previous run had not delivered
         if ledger.current is not None:  # a turn carried over from the previous run
@@ -314,20 +349,9 @@ class AgentSession:
             if self._history_full():
                 await self._continue_as_new()
             if not ledger.queue:
-                break
+                return
             await self._run_turn(ledger.start_next_turn())
             ledger.closing = ledger.closing or ledger.single_turn
-        ledger.closed = True
-        ledger.emit("session_closed")
-        self._show_details()
-        await self._notifier.delivered()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return SessionResult(
-            session_id=workflow.info().workflow_id,
-            turns=len(ledger.turns),
-            usage=ledger.usage,
-            last_turn=ledger.turns[max(ledger.turns)] if ledger.turns else None,
-        )
 
     async def _run_turn(self, record: TurnRecord) -> None:
         """Run a turn's cycles, from its start or from where the previous run left it."""
@@ -518,6 +542,7 @@ class AgentSession:
         uses = tool_uses(pending.message)
         todo = [u for u in uses if u.toolUseId not in pending.results]
         tasks = [asyncio.create_task(self._gate.resolve(record, pending, u)) for u in todo]
+        self._tool_tasks = tasks
         await workflow.wait_condition(
             lambda: all(t.done() for t in tasks) or self._can_park_for_approval()
         )

@@ -158,6 +158,8 @@ class SubAgents:
         try:
             result = await self._follow(child_id, child)
         except (ChildWorkflowError, asyncio.CancelledError) as err:
+            if isinstance(err, asyncio.CancelledError) and self._ledger.cancel_reason is None:
+                raise  # not the turn's cancel: the session itself is cancelled in Temporal
             why = self._ledger.cancel_reason or str(getattr(err, "cause", None) or err)
             return error_result(use.toolUseId, f"sub-agent {use.name!r} did not finish: {why}")
         finally:

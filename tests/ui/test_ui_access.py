@@ -196,3 +196,36 @@ async def test_keel_ui_serves_the_sessions_of_the_task_queue(
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
     assert proc.returncode == 0
+
+
+async def test_a_name_saved_in_the_header_takes_the_name_out_of_the_decision_forms(
+    ui_url: str, ui_keel: KeelClient, script: Script
+) -> None:
+    """The forms asked for a name the browser insisted on, after the header had saved one."""
+    session, interrupt = await pending_session(ui_keel, script)
+    first = await call(ui_url, f"/sessions/{session}")
+    cookie = cookie_of(first)
+    assert f'id="name-{interrupt}"' in first.body and "required" in first.body
+    form = {"approver": "Ana", "csrf": csrf_of(first.body), "back": f"/sessions/{session}"}
+    saved = await call(
+        ui_url,
+        "/name",
+        method="POST",
+        form=form,
+        headers={"Cookie": cookie, "Accept": "application/json"},
+    )
+    answer = saved.json()
+    assert saved.status == 200 and answer["ok"] is True, saved.body
+    pending = answer["parts"]["pending"]
+    assert f'id="name-{interrupt}"' not in pending
+    assert "You decide as <strong>Ana</strong>" in pending
+    # elsewhere than a session page, nothing to redraw
+    form["back"] = "/"
+    plain = await call(
+        ui_url,
+        "/name",
+        method="POST",
+        form=form,
+        headers={"Cookie": cookie, "Accept": "application/json"},
+    )
+    assert plain.json()["parts"] is None

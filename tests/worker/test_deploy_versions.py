@@ -426,9 +426,14 @@ async def test_rollout_from_a_to_b_keeps_parked_sessions_on_a(
             assert versions["A"]["state"] == "draining" and versions["A"]["open_sessions"] == 5
             assert versions["B"]["state"] == "current" and versions["B"]["open_sessions"] == 1
 
-            # the parked sessions, approved after the promotion, finish on A: nothing lost
-            await asyncio.gather(*(approve_and_close(keel_client, s) for s in parked[:5]))
-            for session in parked[:5]:
+            # the parked sessions, approved after the promotion, finish on A: nothing lost;
+            # the one nobody will approve is closed (keel close), and A drains all the same
+            await asyncio.gather(*(approve_and_close(keel_client, s) for s in parked[:4]))
+            closed = await keel_cli(cli_env, "close", parked[4], "--reason", "abandoned")
+            assert closed.returncode == 0, closed.stderr
+            assert f"session {parked[4]} closed after 1 turn(s)" in closed.stdout
+            assert (await keel_client.turn(parked[4], 1)).status == "cancelled"
+            for session in parked[:4]:
                 history = await keel_client.handle(session).fetch_history()
                 assert set(task_versions(history)) == {"A"}, session
                 # the model call, the approved tool and the last model call: all on A's workers

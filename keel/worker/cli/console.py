@@ -24,6 +24,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_WAITING = 3
+# Temporal ended the session (terminated, cancelled, timed out, failed): nothing goes on
+EXIT_ENDED = 4
 # ``keel wait --timeout`` ran out, as timeout(1) says it
 EXIT_TIMEOUT = 124
 # ``keel``'s output went to a reader that stopped reading (``keel sessions | head -2``), as a
@@ -121,6 +123,15 @@ def print_turn(session: str, record: TurnRecord, as_json: bool, extra: Sequence[
                 + (f": {record.error}" if record.error else ""),
                 file=sys.stderr,
             )
+    return turn_exit(record)
+
+
+def turn_exit(record: TurnRecord) -> int:
+    """The exit code of a command that ends with a turn's result."""
+    from keel.workflows.run_ends import ENDED_STOP_REASONS
+
+    if record.stop_reason in ENDED_STOP_REASONS:  # Temporal ended the session under it
+        return EXIT_ENDED
     return STATUS_EXIT.get(record.status, EXIT_FAILED)
 
 

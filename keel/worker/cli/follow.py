@@ -270,7 +270,8 @@ class Follower:
         last: SessionState | None = None
         text = None if self.text is None else asyncio.create_task(self._print_text(self.text))
         try:
-            async for state in self.keel.snapshots(self.session, self.since, poll_s=self.poll_s):
+            states = self.keel.snapshots(self.session, self.since, poll_s=self.poll_s, stop=stop)
+            async for state in states:
                 last = state
                 self.since = max(self.since, state.event_count)
                 await self._text_before(state.events)
@@ -344,9 +345,7 @@ class Follower:
         """Let the text of a model call end before the event that says the call ended."""
         if self._streaming is None:
             return
-        if any(
-            e.type == "model_called" and (e.turn, e.cycle) == self._streaming for e in events
-        ):
+        if any(e.type == "model_called" and (e.turn, e.cycle) == self._streaming for e in events):
             await self._call_text_ended()
 
     async def _call_text_ended(self) -> None:

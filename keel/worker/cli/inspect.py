@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
+    EXIT_ENDED,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_WAITING,
@@ -37,8 +38,9 @@ T = TypeVar("T")
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     """``keel show``: the conversation of a session."""
     from keel.worker.cli.follow import tokens_text
-    from keel.worker.client.effects_listing import retried_text
     from keel.worker.cli.session_access import reading_session
+    from keel.worker.client.effects_listing import retried_text
+    from keel.workflows.run_ends import ENDED_STOP_REASONS
 
     async with reading_session(settings, args.session, wait_for_worker=False) as access:
         state = await access.keel.state(args.session)
@@ -60,9 +62,10 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     print_standing(state.pending.standing)
     for t in state.turns:
         u = t.usage
+        ended = f"; {t.error}" if t.stop_reason in ENDED_STOP_REASONS else ""
         print(
             f"[turn {t.turn_id} {t.status}: {t.cycles} model calls, "
-            f"{tokens_text(u.inputTokens, u.outputTokens, u)}]"
+            f"{tokens_text(u.inputTokens, u.outputTokens, u)}{ended}]"
         )
     u = state.usage
     if u.unknown:
@@ -76,14 +79,21 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     """``keel pending``: the interrupts a session waits on, and its running tools."""
+    import asyncio
+
     from keel.worker.cli.session_access import reading_session
 
     async with reading_session(settings, args.session, wait_for_worker=False) as access:
-        view = await access.keel.pending(args.session)
+        view, end = await asyncio.gather(
+            access.keel.pending(args.session), access.keel.ended(args.session)
+        )
     if args.json:
         out = view.model_dump(mode="json", exclude={"interrupts"})
         out["interrupts"] = [interrupt_json(i) for i in view.interrupts]
-        print(json.dumps({"session": args.session, **out}))
+        ended = {"status": end.status, "ended": end.text} if end is not None else {}
+        print(json.dumps({"session": args.session, **ended, **out}))
+    elif end is not None:  # nothing can be decided: no command is offered
+        print(f"no pending interrupts in session {args.session}: {end.text}")
     elif view.interrupts:
         print_interrupts(args.session, view.interrupts)
         print_standing(view.standing)
@@ -107,13 +117,15 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     """``keel watch``: print a session's events as they happen.
 
     Runs until Ctrl-C or the session closes (exit 0); with ``--until-idle``, until no turn
-    runs or is queued (exit 0) or a turn waits for a human (exit 3). It only reads: with a
+    runs or is queued (exit 0) or a turn waits for a human (exit 3). A session Temporal
+    ended (terminated, cancelled, timed out, failed) ends it with exit 4. It only reads: with a
     Temporal of its own (embedded), nothing runs a turn that is not finished, which it says
     (with ``--until-idle``: exit 1, once the events so far are printed).
     """
     from keel.worker.cli.follow import Follower
     from keel.worker.cli.session_access import reading_session
     from keel.worker.shell import command
+    from keel.workflows.run_ends import ENDED_STATUSES
 
     waiting = False
 
@@ -149,9 +161,13 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
             style="json" if args.json else "events",
             stream_text=not args.json,
         )
-        await _until_ctrl_c(follower.follow(stop))
+        last = await _until_ctrl_c(follower.follow(stop))
         if follower.text is not None:
             follower.text.end_line()
+        if last is not None and last.status in ENDED_STATUSES:  # Temporal ended it: say how
+            end = await keel.ended(args.session)
+            print(f"keel: {end.text if end else f'the session {last.status}'}", file=sys.stderr)
+            return EXIT_ENDED
     if stalled is not None and args.until_idle:
         print(f"keel: {stalled}", file=sys.stderr)
         return EXIT_FAILED
@@ -176,7 +192,7 @@ async def cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
         keel = KeelClient(
             connection.client, settings.task_queue, open_store(settings.store, settings.keyring())
         )
-        sessions = await keel.list_sessions(limit=args.limit)
+        sessions = await keel.list_sessions(limit=args.limit, open_only=args.open)
     if args.json:
         print(json.dumps(sessions_json(sessions)))
     else:
@@ -227,7 +243,8 @@ def add_parser(sub: flags.Subparsers) -> None:
     watch.add_argument(
         "--until-idle",
         action="store_true",
-        help="stop when no turn runs or is queued (exit 0) or one waits for approval (exit 3)",
+        help="stop when no turn runs or is queued (exit 0) or one waits for approval (exit 3); "
+        "a session Temporal ended exits 4",
     )
     watch.set_defaults(handler=cmd_watch)
 
@@ -235,5 +252,8 @@ def add_parser(sub: flags.Subparsers) -> None:
     sessions.add_argument("--json", action="store_true", help="print a JSON array")
     sessions.add_argument(
         "--limit", type=int, default=20, metavar="N", help="at most N sessions (default 20)"
+    )
+    sessions.add_argument(
+        "--open", action="store_true", help="only sessions still open (their workflow runs)"
     )
     sessions.set_defaults(handler=cmd_sessions)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from keel.worker.cli import (
     attach,
+    closing,
     codec,
     deploy,
     effects,
@@ -43,6 +44,7 @@ _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     turns.add_parser,
     effects.add_parser,
     inspect.add_parser,
+    closing.add_parser,
     policy.add_parser,
     attach.add_parser,
     schedules.add_parser,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --he
     from keel.worker.client.keel_client import KeelClient
     from keel.worker.settings import Settings
     from keel.worker.signing import ApproverKey
-    from keel.workflows.contracts import Condition, SessionConfig
+    from keel.workflows.contracts import Condition, SessionConfig, TurnRecord
     from keel.workflows.messages import Message
 
 
@@ -320,7 +320,7 @@ async def _closed(keel: KeelClient, session: str) -> bool:
         state = await keel.state(session, events_since=sys.maxsize, include_messages=False)
     except SessionNotFound:
         return True
-    return state.status in ("closing", "closed")
+    return state.status not in ("idle", "running")  # closing, closed, or ended in Temporal
 
 
 def _progress_out(args: argparse.Namespace) -> TextIO | None:
@@ -446,7 +446,9 @@ async def _follow_turn(
                 if kind_of(interrupt).update == "respond":
                     value = await ask_question(interrupt)
                     if value is None:
-                        record = await keel.turn(session, turn_id)
+                        record = await _held_message(
+                            keel, session, await keel.turn(session, turn_id)
+                        )
                         return print_turn(session, record, False, extra)
                     await keel.respond(
                         session,
@@ -458,7 +460,8 @@ async def _follow_turn(
                     continue
                 answer = await ask_decision(interrupt)
                 if answer is None:
-                    return print_turn(session, await keel.turn(session, turn_id), False, extra)
+                    record = await _held_message(keel, session, await keel.turn(session, turn_id))
+                    return print_turn(session, record, False, extra)
                 decision, text = answer
                 who, key = approver_name(args), approver_key(args)
                 if decision == "resolve":  # the text is the tool's result
@@ -471,7 +474,21 @@ async def _follow_turn(
                 print(f"keel: {err}", file=sys.stderr)
                 refused.add(interrupt.id)
         record = await follower.turn_settled(turn_id)
-    return print_turn(session, record, args.json, extra)
+    return print_turn(session, await _held_message(keel, session, record), args.json, extra)
+
+
+async def _held_message(keel: KeelClient, session: str, record: TurnRecord) -> TurnRecord:
+    """A waiting turn's record with the assistant message whose tools wait as its message.
+
+    That message is held outside the conversation until its tools have run (S5), so the
+    turn's own ``message`` is still the cycle before's.
+    """
+    if record.status != "awaiting_human":
+        return record
+    view = await keel.pending(session)
+    if view.turn_id != record.turn_id or view.message is None:
+        return record
+    return record.model_copy(update={"message": view.message})
 
 
 def add_parser(sub: flags.Subparsers) -> None:

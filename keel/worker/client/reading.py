@@ -26,6 +26,13 @@ from keel.activities.store import StoreError
 from keel.worker.client.calls import SessionCaller
 from keel.worker.client.effects_listing import effect_records
 from keel.worker.client.errors import SessionNotFound
+from keel.worker.client.run_status import (
+    SessionEnd,
+    ended_pending,
+    ended_state,
+    ended_turn,
+    session_end,
+)
 from keel.worker.client.schedules import SCHEDULED_BY
 from keel.worker.client.streams import ModelStream, TextChunk, follow_model_text, heartbeat_snapshot
 from keel.workflows.contracts import (
@@ -113,14 +120,29 @@ class SessionReader(SessionCaller):
                 return start.config
         raise SessionNotFound(f"session {session_id!r} has no start event")
 
+    async def ended(self, session_id: str) -> SessionEnd | None:
+        """How Temporal ended the session's latest run, if it did; None while it runs.
+
+        Terminated, cancelled, timed out or failed; None too when it closed as a session
+        closes (completed, continued as new).
+
+        Raises:
+            SessionNotFound: no such session.
+        """
+        return await session_end(self.client, session_id)
+
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
-        """One turn's current record."""
-        return await self._ask(
-            session_id,
-            lambda: self.handle(session_id).query(
-                AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
+        """One turn's current record (``cancelled`` if the session's end left it unfinished)."""
+        record, end = await asyncio.gather(
+            self._ask(
+                session_id,
+                lambda: self.handle(session_id).query(
+                    AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
+                ),
             ),
+            self.ended(session_id),
         )
+        return record if end is None else ended_turn(record, end)
 
     async def state(
         self, session_id: str, *, events_since: int = 0, include_messages: bool = True
@@ -131,12 +153,17 @@ class SessionReader(SessionCaller):
             StoreError: a message of an earlier run cannot be read from the store.
         """
         query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state = await self._ask(
-            session_id,
-            lambda: self.handle(session_id).query(
-                AgentSession.state, query, rpc_timeout=self.query_timeout
+        state, end = await asyncio.gather(
+            self._ask(
+                session_id,
+                lambda: self.handle(session_id).query(
+                    AgentSession.state, query, rpc_timeout=self.query_timeout
+                ),
             ),
+            self.ended(session_id),
         )
+        if end is not None:  # Temporal ended the run: its status, not the session's last word
+            state = ended_state(state, end)
         if include_messages and (state.base is not None or state.result_refs):
             store = self.store
             if store is None:
@@ -180,13 +207,20 @@ class SessionReader(SessionCaller):
         return await asyncio.to_thread(effect_records, session_id, state.messages, view, self.store)
 
     async def pending(self, session_id: str) -> PendingView:
-        """What the running turn holds outside the conversation."""
-        return await self._ask(
-            session_id,
-            lambda: self.handle(session_id).query(
-                AgentSession.pending, rpc_timeout=self.query_timeout
+        """What the running turn holds outside the conversation.
+
+        Nothing, once Temporal ended the session (see ``ended``).
+        """
+        view, end = await asyncio.gather(
+            self._ask(
+                session_id,
+                lambda: self.handle(session_id).query(
+                    AgentSession.pending, rpc_timeout=self.query_timeout
+                ),
             ),
+            self.ended(session_id),
         )
+        return view if end is None else ended_pending(view)
 
     async def event_count(self, session_id: str) -> int:
         """How many events the session's log holds; the ``since`` to follow only new ones."""
@@ -206,8 +240,10 @@ class SessionReader(SessionCaller):
         Each state yielded carries in ``events`` only the events not yielded before, in
         order (possibly none). Polls the ``state`` query, which writes nothing to history.
         Ends after yielding a state for which ``stop`` returns True, once the session is
-        closed, or once its workflow no longer runs. A query that fails on the way (a
-        worker restarting, the server busy) is retried on the next poll.
+        closed, or once its workflow no longer runs. When Temporal ended the run (terminate,
+        cancel, timeout, failure), the last state yielded says so (``status``, its unfinished
+        turns ``cancelled``: see ``ended``). A query that fails on the way (a worker
+        restarting, the server busy) is retried on the next poll.
 
         Args:
             session_id: the session.
@@ -221,6 +257,7 @@ class SessionReader(SessionCaller):
         handle = self.handle(session_id)
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
+        checked = False  # whether the workflow runs: asked after the first poll, then when quiet
         failing = False
         timeout = self.query_timeout or FOLLOW_QUERY_TIMEOUT
         while True:
@@ -240,14 +277,41 @@ class SessionReader(SessionCaller):
                 since = max(since, state.event_count)
                 if state.events:
                     quiet_since = loop.time()
-                yield state
-                if state.status == "closed" or (stop is not None and stop(state)):
+                settled = state.status == "closed" or (stop is not None and stop(state))
+                end = await self.ended(session_id) if settled else None
+                if end is not None:  # ended by Temporal: said once, as the last state
+                    yield ended_state(state, end)
                     return
-            if loop.time() - quiet_since >= LIVENESS_EVERY_S:
-                quiet_since = loop.time()
+                yield state
+                if settled:
+                    return
+            if not checked or loop.time() - quiet_since >= LIVENESS_EVERY_S:
+                checked, quiet_since = True, loop.time()
                 if not await self._running(session_id):
+                    last = await self._last_state(session_id, since)
+                    if last is not None:
+                        yield last
                     return
             await asyncio.sleep(poll_s)
+
+    async def _last_state(self, session_id: str, since: int) -> SessionState | None:
+        """The state (events after ``since``) of a session Temporal ended, as it ended.
+
+        None when Temporal did not end it (it closed, or continued as new), or it does not
+        answer.
+        """
+        end = await self.ended(session_id)
+        if end is None:
+            return None
+        query = StateQuery(events_since=since, include_messages=False)
+        try:
+            state = await self.handle(session_id).query(
+                AgentSession.state, query, rpc_timeout=self.query_timeout or FOLLOW_QUERY_TIMEOUT
+            )
+        except (RPCError, WorkflowQueryFailedError) as err:
+            logger.info("session %s ended (%s) and does not answer: %s", session_id, end.text, err)
+            return None
+        return ended_state(state, end)
 
     async def events(
         self,
@@ -331,7 +395,7 @@ class SessionReader(SessionCaller):
         return None if stream is None else (stream.text_chars, stream.text)
 
     async def list_sessions(
-        self, *, limit: int = 50, query_timeout_s: float = 2.0
+        self, *, limit: int = 50, query_timeout_s: float = 2.0, open_only: bool = False
     ) -> list[SessionSummary]:
         """Sessions on this client's task queue, newest first, from Temporal visibility.
 
@@ -340,12 +404,25 @@ class SessionReader(SessionCaller):
         listed with an unknown status. Visibility is eventually consistent: a session
         started a moment ago may be missing.
 
+        A session is listed once, as its latest run: the runs a reset (``temporal workflow
+        reset``) or continue-as-new left behind are not.
+
         Args:
             limit: at most this many sessions.
             query_timeout_s: how long to wait for each running session's answer.
+            open_only: only the sessions whose workflow runs (not closed, not ended).
         """
         query = f'WorkflowType = "AgentSession" AND TaskQueue = "{self.task_queue}"'
-        executions = [e async for e in self.client.list_workflows(query, limit=limit)]
+        if open_only:
+            query += ' AND ExecutionStatus = "Running"'
+        executions: list[WorkflowExecution] = []
+        seen: set[str] = set()
+        async for execution in self.client.list_workflows(query):  # newest run first
+            if execution.id not in seen:
+                seen.add(execution.id)
+                executions.append(execution)
+            if len(executions) >= limit:
+                break
         executions.sort(key=lambda e: e.start_time, reverse=True)
         timeout = timedelta(seconds=query_timeout_s)
         return list(await asyncio.gather(*(self._summary(e, timeout) for e in executions)))

@@ -237,13 +237,20 @@ class SessionWriter(SessionReader):
         """
         return await self._update(session_id, AgentSession.steer, SteerInput(text=text))
 
-    async def close(self, session_id: str, reason: str = "closed by user") -> None:
-        """Ask the session to finish its queued turns and end."""
-        within_limits(CloseInput(reason=reason))
-        await self._call(
-            session_id,
-            self.handle(session_id).signal(AgentSession.close, CloseInput(reason=reason)),
-        )
+    async def close(
+        self, session_id: str, reason: str = "closed by user", *, now: bool = False
+    ) -> None:
+        """Ask the session to end once its running and queued turns have finished.
+
+        Args:
+            session_id: the session.
+            reason: why, for its log (and, with ``now``, the ended turns' error).
+            now: end it now (``keel close``): the running turn is cancelled, with its
+                interrupts, and the queued turns are dropped.
+        """
+        close = CloseInput(reason=reason, now=now)
+        within_limits(close)
+        await self._call(session_id, self.handle(session_id).signal(AgentSession.close, close))
 
 
 def _check_config(config: SessionConfig, where: str = "") -> None:

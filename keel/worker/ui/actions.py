@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -184,8 +184,27 @@ async def set_name(ui: UiContext, request: Request, visit: Visit, form: dict[str
     visit.name, visit.changed = name or None, True
     message = f"You decide as {name}." if name else "Name cleared."
     if _wants_json(request):
-        return JSONResponse({"ok": True, "message": message, "parts": None})
+        parts = await _page_parts(ui, form.get("back", ""), visit)
+        return JSONResponse({"ok": True, "message": message, "parts": parts})
     visit.notice = ("ok", message)
     back = form.get("back", "/")
     safe = back.startswith("/") and back[1:2] not in ("/", "\\")  # no other site
     return RedirectResponse(back if safe else "/", status_code=303)
+
+
+async def _page_parts(ui: UiContext, back: str, visit: Visit) -> dict[str, str] | None:
+    """The parts of the session page a form was sent from, as this visit now sees them.
+
+    A name saved from the page's header changes its decision forms (they no longer ask for
+    a name, which the browser would otherwise insist on before any decision).
+    """
+    prefix = "/sessions/"
+    if not back.startswith(prefix):
+        return None
+    try:
+        keel = await ui.source.get()
+        return (await render_session(ui, keel, unquote(back[len(prefix) :]), visit)).html
+    except Exception as err:
+        if problem(err) is None:
+            raise
+        return None

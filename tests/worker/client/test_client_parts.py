@@ -64,7 +64,7 @@ def test_the_public_methods_are_the_documented_ones() -> None:
     public = {n for n in dir(KeelClient) if not n.startswith("_")}
     assert public == {
         "cancel", "check_open", "check_worker", "client_calls", "close", "config", "decide",
-        "effects", "event_count", "events", "exists", "handle", "list_sessions", "model_stream",
+        "effects", "ended", "event_count", "events", "exists", "handle", "list_sessions", "model_stream",
         "model_text", "pending", "policy", "prompt", "resolve", "respond", "revoke", "run",
         "serve_tools",
         "session_task_queue", "snapshots", "start", "state", "status", "steer",
