@@ -39,8 +39,8 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
         f"keel codec server on http://{where}:{args.port}; keys {', '.join(keyring.key_ids)}\n"
         f"codec endpoint (a secret: whoever has it can decrypt; {kept_at if kept else 'not kept'})"
         f":\n  {endpoint}\n"
-        f"Temporal Web UI ({', '.join(origins)}): paste it as the Codec Server endpoint, or "
-        "start the dev server with --ui-codec-endpoint it\n"
+        f"Temporal Web UI ({', '.join(origins)}): paste it in its Codec Server dialog (top "
+        "right), or start the dev server with --ui-codec-endpoint set to it\n"
         f"temporal CLI: --codec-endpoint {endpoint}",
         flush=True,
     )
