@@ -424,7 +424,10 @@ class DevServer:
             )
         command = self._command(cli)
         log_file = self.log_path.open("ab")
-        log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
+        shown = " ".join(command)
+        if self.ui_codec_endpoint:  # its path is a secret: never in the log
+            shown = shown.replace(self.ui_codec_endpoint, "<codec endpoint>")
+        log_file.write(f"--- keel: starting {shown}\n".encode())
         log_file.flush()
         log_offset = log_file.tell()
         self._log_file = log_file
