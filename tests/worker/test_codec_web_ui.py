@@ -269,3 +269,7 @@ async def test_the_dev_servers_flag_makes_every_browser_decode(
             await page.script("localStorage.clear()")
             await assert_decoded(page, session)
             await page.screenshot(str(shots / "ui-decoded-dev-server-flag.png"))
+    # the server's log names the flag, never the secret in it
+    log = (tmp_path / "dev" / "temporal.log").read_text()
+    assert "--ui-codec-endpoint <codec endpoint>" in log
+    assert endpoint.rsplit("/", 1)[1] not in log
