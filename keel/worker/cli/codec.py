@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
@@ -54,6 +56,46 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
         )
     await serve_codec(keyring, settings.codec_token, args.host, args.port, origins, secret)
     return EXIT_OK
+
+
+@contextlib.asynccontextmanager
+async def ui_codec(
+    settings: Settings, ui_port: int | None, wanted: bool
+) -> AsyncIterator[str | None]:
+    """``keel dev --ui-codec``: a codec server for the dev server's web UI while the block runs.
+
+    It listens on a free loopback port and answers only the UI's origin (``ui_port``), at an
+    endpoint whose secret is made for this run (it goes on the ``temporal`` command line and
+    into the UI's settings, so it is not the one ``keel codec-server`` keeps). Yields the
+    endpoint URL, for ``--ui-codec-endpoint``; None when not ``wanted`` or without a UI.
+
+    Raises:
+        UsageError: no ``KEEL_ENCRYPTION_KEY`` (nothing to decode with).
+    """
+    import secrets
+
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.codec_endpoint import SECRET_BYTES
+    from keel.worker.codec_server import codec_app
+    from keel.worker.ui.serving import ui_running
+
+    if not wanted:
+        yield None
+        return
+    keyring = settings.keyring()
+    if keyring is None:
+        raise UsageError(
+            "keel dev --ui-codec needs KEEL_ENCRYPTION_KEY (or KEEL_DECRYPTION_KEYS): without "
+            "keys there is nothing to decode"
+        )
+    if ui_port is None:
+        yield None
+        return
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    origins = [f"http://127.0.0.1:{ui_port}", f"http://localhost:{ui_port}"]
+    app = codec_app(keyring, settings.codec_token, origins, secret=secret)
+    async with ui_running(app, "127.0.0.1", 0) as url:
+        yield f"{url}/{secret}"
 
 
 def _origin(url: str) -> str:
