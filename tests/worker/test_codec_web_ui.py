@@ -2,13 +2,13 @@
 
 A real ``temporal server start-dev`` with its UI, a Keel worker with ``KEEL_ENCRYPTION_KEY``,
 a session with a known prompt, and ``keel codec-server`` in its own process, as an operator
-runs them (docs/security.md). The UI gets the codec endpoint the two ways the docs give: typed
-into the UI's own Codec Server dialog, and from the dev server's ``--ui-codec-endpoint``. The
-page must show the prompt and the model's answer in the clear and no "Codec Server could not
-connect" banner. The same page with the endpoint minus its secret (what the UI gets without
-an ``Authorization`` header) shows the banner and no plaintext, and a page of another origin
-cannot call the endpoint at all. Raw HTTP attacks on the codec server are in
-``tests/worker/test_codec_server.py``.
+runs them (docs/security.md). The UI gets the codec endpoint each way the docs give: typed
+into the UI's own Codec Server dialog, from the dev server's ``--ui-codec-endpoint``, and
+from ``keel dev --ui-codec``. The page must show the prompt and the model's answer in the
+clear, its codec status must say it decoded, and no "Codec Server could not connect". The
+same page with the endpoint minus its secret (all the UI can reach without an
+``Authorization`` header) shows that message and no plaintext, and a page of another origin
+cannot call the endpoint at all. Raw HTTP attacks: ``tests/worker/test_codec_access.py``.
 
 Skipped without a headless Chromium unless ``KEEL_REQUIRE_BROWSER=1`` (``tests.helpers.browser``).
 Screenshots go to ``KEEL_SHOTS_DIR`` when set, else to a temporary directory.
@@ -16,9 +16,11 @@ Screenshots go to ``KEEL_SHOTS_DIR`` when set, else to a temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +40,7 @@ from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
 from keel.worker.server.devserver import DevServer
 from tests.helpers.browser import Page, chromium
-from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.encryption import history_payload_data, keyring_of, new_key
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, write_script
 from tests.helpers.temporal import free_port
@@ -99,16 +101,23 @@ def codec_server(tmp: Path, ui_origin: str) -> Iterator[str]:
         assert "Traceback" not in err, err
 
 
-async def run_encrypted_session(server: DevServer, tmp: Path) -> str:
-    """A session with PROMPT and ANSWER, run by a worker with the key; its id."""
+async def run_encrypted_session(
+    address: str, tmp: Path, store_dir: Path | None = None, queue: str | None = None
+) -> str:
+    """A session with PROMPT and ANSWER; its id. A worker with the key runs it, unless
+    ``queue`` names the queue of one already running (``keel dev``'s) on ``store_dir``."""
     keyring = keyring_of(KEY)
-    client = await Client.connect(server.address, data_converter=data_converter(keyring))
-    store = open_store(str(tmp / "store"), keyring)
-    queue = f"keel-webui-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(address, data_converter=data_converter(keyring))
+    store = open_store(str(store_dir or tmp / "store"), keyring)
     session = f"webui-{uuid.uuid4().hex[:8]}"
     model = write_script(tmp / "script.json", [respond(text(ANSWER))])
     config = SessionConfig(model=model, tool_modules=[SAMPLE_TOOLS])
-    async with build_worker(client, queue, [SAMPLE_TOOLS], store=store):
+    async with contextlib.AsyncExitStack() as stack:
+        if queue is None:
+            queue = f"keel-webui-{uuid.uuid4().hex[:8]}"
+            await stack.enter_async_context(
+                build_worker(client, queue, [SAMPLE_TOOLS], store=store)
+            )
         done = await KeelClient(client, queue, store).run(
             session, PROMPT, config=config, timeout_s=60
         )
@@ -141,7 +150,7 @@ async def setup(tmp_path_factory: pytest.TempPathFactory, driver: Any) -> AsyncI
     tmp = tmp_path_factory.mktemp("webui")
     async with DevServer(tmp / "dev", in_memory=True, state_home=tmp / "state") as server:
         assert server.ui_url is not None
-        session = await run_encrypted_session(server, tmp)
+        session = await run_encrypted_session(server.address, tmp)
         with codec_server(tmp, server.ui_url) as endpoint:
             yield Setup(server.ui_url, session, endpoint)
 
@@ -180,6 +189,22 @@ async def set_browser_endpoint(page: Page, endpoint: str) -> None:
     await page.click("[data-testid=confirm-modal-button]")
 
 
+async def hover_codec_status(page: Page) -> str:
+    """The pointer on the UI's codec status (top right), whose tooltip says how decoding
+    went; its ``data-testid`` (``data-encoder-status-success``, ``-error``, ...)."""
+
+    def hover(driver: Any) -> str:
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        status = driver.find_element("css selector", "[data-testid^=data-encoder-status]")
+        ActionChains(driver).move_to_element(status).perform()
+        return str(status.get_attribute("data-testid"))
+
+    testid = await page.wait(hover, "the pointer on the codec status")
+    await page.call(time.sleep, 0.5)  # the tooltip fades in
+    return testid
+
+
 async def assert_decoded(page: Page, session: str) -> None:
     def decoded(driver: Any) -> bool:
         body = driver.find_element("css selector", "body").text
@@ -192,6 +217,7 @@ async def assert_decoded(page: Page, session: str) -> None:
     assert not await page.script(
         "return document.querySelectorAll('[data-testid=data-encoder-status-error]').length"
     )
+    await page.text("[data-testid=data-encoder-status-success]")  # the UI says it decoded
 
 
 async def test_the_ui_decodes_with_the_endpoint_set_in_its_codec_server_dialog(
@@ -209,8 +235,8 @@ async def test_the_ui_decodes_with_the_endpoint_set_in_its_codec_server_dialog(
     assert json.loads(stored) == setup.endpoint
     await assert_decoded(page, setup.session)
     await page.screenshot(str(shots / "ui-decoded-browser-setting.png"))
-    await page.script("window.scrollTo(0, 0)")
-    await page.screenshot(str(shots / "ui-decoded-browser-setting-top.png"))
+    assert await hover_codec_status(page) == "data-encoder-status-success"
+    await page.screenshot(str(shots / "ui-decoded-browser-setting-status.png"))
 
 
 async def test_the_endpoint_without_its_secret_gets_the_banner(
@@ -227,7 +253,7 @@ async def test_the_endpoint_without_its_secret_gets_the_banner(
     await page.wait_text("body", BANNER)
     body = str(await page.script("return document.body.innerText"))
     assert PROMPT not in body and ANSWER not in body
-    await page.script("window.scrollTo(0, 0)")
+    assert await hover_codec_status(page) == "data-encoder-status-error"
     await page.screenshot(str(shots / "ui-without-secret-banner.png"))
 
 
@@ -263,7 +289,7 @@ async def test_the_dev_servers_flag_makes_every_browser_decode(
     with codec_server(tmp_path, server.ui_url) as endpoint:
         server.ui_codec_endpoint = endpoint
         async with server:
-            session = await run_encrypted_session(server, tmp_path)
+            session = await run_encrypted_session(server.address, tmp_path)
             page = Page(driver, server.ui_url)
             await page.open("/namespaces/default/workflows")
             await page.script("localStorage.clear()")
@@ -273,3 +299,52 @@ async def test_the_dev_servers_flag_makes_every_browser_decode(
     log = (tmp_path / "dev" / "temporal.log").read_text()
     assert "--ui-codec-endpoint <codec endpoint>" in log
     assert endpoint.rsplit("/", 1)[1] not in log
+
+
+async def test_keel_dev_ui_codec_makes_its_web_ui_decode(
+    tmp_path: Path, driver: Any, shots: Path
+) -> None:
+    # keel dev --ui-codec: its own codec server, given to the UI; no other step
+    home = tmp_path / "home"
+    env = keel_env(
+        KEEL_ENCRYPTION_KEY=KEY, KEEL_HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state")
+    )
+    port, page_port, web_ui = free_port(), free_port(), free_port()
+    ports = ("--port", str(port), "--ui-port", str(page_port), "--temporal-ui-port", str(web_ui))
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "keel.worker.cli", "dev", "--tools", SAMPLE_TOOLS, "--ui-codec"]
+        + list(ports),
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dev.stdout is not None
+        ready = ""
+        while "Ctrl-C stops" not in ready:
+            ready = dev.stdout.readline()
+            assert ready, f"keel dev ended: {dev.wait(timeout=30)}, {dev.communicate()}"
+        assert f"web UI at http://127.0.0.1:{web_ui} (decoding through a codec server)" in ready
+        session = await run_encrypted_session(
+            f"127.0.0.1:{port}", tmp_path, store_dir=home / "store", queue="keel"
+        )
+        page = Page(driver, f"http://127.0.0.1:{web_ui}")
+        await page.open("/namespaces/default/workflows")
+        await page.script("localStorage.clear()")
+        await assert_decoded(page, session)
+        await page.screenshot(str(shots / "ui-decoded-keel-dev.png"))
+    finally:
+        dev.send_signal(signal.SIGINT)
+        _, err = dev.communicate(timeout=60)
+    assert dev.returncode == 0, err
+    assert "Traceback" not in err, err
+
+
+def test_keel_dev_ui_codec_without_a_key_exits_2(tmp_path: Path) -> None:
+    env = keel_env(KEEL_HOME=str(tmp_path / "home"), XDG_STATE_HOME=str(tmp_path / "state"))
+    done = keel("dev", "--ui-codec", "--port", str(free_port()), env=env, timeout=60)
+    assert done.returncode == 2, done
+    assert "KEEL_ENCRYPTION_KEY" in done.stderr
+    assert not (tmp_path / "home" / "temporal.db").exists()  # no server was started
