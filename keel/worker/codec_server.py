@@ -34,6 +34,7 @@ is a few routes, and the CORS middleware is the framework's own, not hand-writte
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from collections.abc import Sequence
 
@@ -149,8 +150,18 @@ LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def loopback(host: str) -> bool:
-    """Whether ``host`` (an address to listen on, or a request's host name) is loopback."""
-    return host.strip("[]").lower() in LOOPBACK_NAMES or host.startswith("127.")
+    """Whether ``host`` (an address to listen on, or a request's host name) is loopback.
+
+    ``localhost`` or a loopback IP address (``127.0.0.1``, ``::1``), never a name that
+    merely starts like one (``127.evil.example``).
+    """
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def host_name(header: str) -> str:

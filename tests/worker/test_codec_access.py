@@ -201,7 +201,17 @@ def test_the_uis_preflight_is_answered(codec: Codec) -> None:
     assert headers["access-control-allow-origin"] == UI
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:8888", "10.0.0.1", ""])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:8888",
+        "127.evil.example:8888",
+        "localhost.evil",
+        "10.0.0.1",
+        "",
+    ],
+)
 def test_a_rebound_host_is_refused(codec: Codec, host: str) -> None:
     # DNS rebinding: a page of evil.example, now resolving to 127.0.0.1, is same-origin
     # with the server: the Host it sends still names it
