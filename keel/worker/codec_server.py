@@ -1,12 +1,25 @@
 """``keel codec-server``: Temporal's remote codec protocol, for the Web UI and ``temporal``.
 
 With it, the Web UI and the ``temporal`` CLI show encrypted sessions in the clear to whoever
-holds the token.
+holds its endpoint URL or its token.
 
 ``POST /decode`` and ``POST /encode`` take and return ``{"payloads": [...]}`` (Temporal's
-protobuf JSON of ``Payloads``), through ``keel.worker.encryption.EncryptionCodec``. Every request
-needs ``Authorization: Bearer <KEEL_CODEC_TOKEN>``; the UI's origin gets CORS headers (its
-preflight carries no credentials, so ``OPTIONS`` is answered without the token).
+protobuf JSON of ``Payloads``), through ``keel.worker.encryption.EncryptionCodec``. A caller
+proves it may, one of two ways:
+
+- **The endpoint URL** ``http://127.0.0.1:PORT/<secret>`` (``keel.worker.codec_endpoint``):
+  ``POST /<secret>/decode`` needs no header. This is what the Temporal Web UI can use: it
+  sends no ``Authorization`` header to a codec endpoint configured in the browser or by
+  ``temporal server start-dev --ui-codec-endpoint``.
+- **A bearer token** (``KEEL_CODEC_TOKEN``, when set): ``POST /decode`` with
+  ``Authorization: Bearer <token>``, as before.
+
+Whichever it is, a request from a browser page must come from an allowed origin (the UI's):
+a request whose ``Origin`` is another is refused (403) before its body is read, and so is
+one whose ``Host`` is not a loopback name while the server listens on loopback (a DNS
+rebinding page). The UI's origins get CORS headers (the preflight carries no credentials, so
+``OPTIONS`` is answered without them). A wrong secret is a 404, as any unknown path; neither
+the secret nor a path is ever logged.
 
 Whatever an authenticated caller sends, the answer is short: a body over ``MAX_BODY_BYTES``
 is refused (413) without being read whole, and anything the codec cannot take (not Payloads
@@ -21,6 +34,7 @@ is a few routes, and the CORS middleware is the framework's own, not hand-writte
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from collections.abc import Sequence
 
@@ -132,7 +146,39 @@ def _first_line(err: BaseException) -> str:
     return line if len(line) <= 300 else line[:299] + "…"
 
 
-def codec_app(keyring: Keyring, token: str, origins: Sequence[str] = DEFAULT_ORIGINS) -> Starlette:
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` (an address to listen on, or a request's host name) is loopback.
+
+    ``localhost`` or a loopback IP address (``127.0.0.1``, ``::1``), never a name that
+    merely starts like one (``127.evil.example``).
+    """
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, its port dropped: ``[::1]:8888`` is ``::1``."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def codec_app(
+    keyring: Keyring,
+    token: str | None,
+    origins: Sequence[str] = DEFAULT_ORIGINS,
+    *,
+    secret: str | None = None,
+    loopback_only: bool = True,
+) -> Starlette:
     """The codec server's ASGI app.
 
     Every bad request is answered 400 (413 for a body over ``MAX_BODY_BYTES``) with
@@ -140,36 +186,68 @@ def codec_app(keyring: Keyring, token: str, origins: Sequence[str] = DEFAULT_ORI
 
     Args:
         keyring: the keys to encode and decode with.
-        token: the bearer token every request must carry.
+        token: the bearer token ``/encode`` and ``/decode`` take; None: they take none.
         origins: browser origins allowed to call it (the Temporal Web UI's).
+        secret: the secret of the endpoint URL: ``/<secret>/decode`` needs no header.
+        loopback_only: it listens on loopback: a request must name a loopback ``Host``.
     """
     codec = EncryptionCodec(keyring)
-    expected = f"Bearer {token}".encode()
+    expected = f"Bearer {token}".encode() if token else None
+    allowed = frozenset(origins)
+
+    def refusal(request: Request, in_path: str | None) -> Response | None:
+        """Why the request is refused (403, 404, 401), or None when it may be served."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin not in allowed:
+            return JSONResponse(
+                {
+                    "message": f"origin {origin[:100]} may not call this codec server "
+                    "(keel codec-server --ui URL allows one)"
+                },
+                status_code=403,
+            )
+        if loopback_only and not loopback(host_name(request.headers.get("host", ""))):
+            return JSONResponse(
+                {"message": "this codec server answers only requests to a loopback address"},
+                status_code=403,
+            )
+        if in_path is not None:
+            if secret is None or not hmac.compare_digest(in_path.encode(), secret.encode()):
+                return JSONResponse({"message": "not found"}, status_code=404)
+            return None
+        given = request.headers.get("authorization", "").encode()
+        if expected is None or not hmac.compare_digest(given, expected):
+            return JSONResponse({"message": "missing or wrong bearer token"}, status_code=401)
+        return None
 
     async def handle(request: Request) -> Response:
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            return JSONResponse({"message": "missing or wrong bearer token"}, status_code=401)
+        operation = request.path_params["operation"]
+        if operation not in ("encode", "decode"):
+            return JSONResponse({"message": "not found"}, status_code=404)
+        refused = refusal(request, request.path_params.get("secret"))
+        if refused is not None:
+            return refused
         try:
             payloads = parse_payloads(await read_body(request))
-            if request.url.path.endswith("/encode"):
+            if operation == "encode":
                 done = await codec.encode(payloads.payloads)
             else:
                 done = [open_payload(keyring, p, i) for i, p in enumerate(payloads.payloads)]
         except BadRequest as err:
-            logger.info("codec %s refused: %s %s", request.url.path, err.status, err)
+            logger.info("codec %s refused: %s %s", operation, err.status, err)
             return JSONResponse({"message": str(err)}, status_code=err.status)
         body = json_format.MessageToJson(Payloads(payloads=done))
         return Response(body, media_type="application/json")
 
     async def failure(request: Request, err: Exception) -> Response:
-        logger.error("codec %s failed", request.url.path, exc_info=err)
+        logger.error("codec %s failed", request.path_params.get("operation"), exc_info=err)
         return JSONResponse({"message": "the codec server failed; its log says why"}, 500)
 
+    operation = "{operation:str}"
     return Starlette(
         routes=[
-            Route("/encode", handle, methods=["POST"]),
-            Route("/decode", handle, methods=["POST"]),
+            Route(f"/{{secret:str}}/{operation}", handle, methods=["POST"]),
+            Route(f"/{operation}", handle, methods=["POST"]),
         ],
         middleware=[
             Middleware(
@@ -185,17 +263,18 @@ def codec_app(keyring: Keyring, token: str, origins: Sequence[str] = DEFAULT_ORI
 
 
 async def serve_codec(
-    keyring: Keyring, token: str, host: str, port: int, origins: Sequence[str]
+    keyring: Keyring,
+    token: str | None,
+    host: str,
+    port: int,
+    origins: Sequence[str],
+    secret: str | None = None,
 ) -> None:
     """Serve the codec until cancelled (Ctrl-C)."""
     import uvicorn
 
-    config = uvicorn.Config(
-        codec_app(keyring, token, origins), host=host, port=port, log_level="warning"
-    )
+    app = codec_app(keyring, token, origins, secret=secret, loopback_only=loopback(host))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     logger.info("codec server on http://%s:%s (keys %s)", host, port, keyring.key_ids)
-    print(
-        f"keel codec server on http://{host}:{port}; keys {', '.join(keyring.key_ids)}", flush=True
-    )
     await server.serve()

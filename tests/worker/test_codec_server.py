@@ -28,10 +28,16 @@ AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
-def codec_port() -> Iterator[int]:
+def codec_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """``keel codec-server`` in its own process, as a person runs it."""
     port = free_port()
-    env = keel_env(KEEL_ENCRYPTION_KEY=KEY, KEEL_CODEC_TOKEN=TOKEN)
+    tmp = tmp_path_factory.mktemp("codec")
+    env = keel_env(
+        KEEL_ENCRYPTION_KEY=KEY,
+        KEEL_CODEC_TOKEN=TOKEN,
+        KEEL_HOME=str(tmp / "home"),
+        XDG_STATE_HOME=str(tmp / "state"),  # where its endpoint's secret is kept
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "keel.worker.cli", "codec-server", "--port", str(port)],
         env=env,

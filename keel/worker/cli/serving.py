@@ -55,12 +55,13 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     shared while it runs: the commands run on the same ``KEEL_HOME`` (in this folder) connect
     to it, once they have verified it.
     """
+    from keel.worker.cli.codec import ui_codec
     from keel.worker.cli.run_inputs import mcp_servers, tool_modules
     from keel.worker.cli.ui import build_app, ui_source
     from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
     from keel.worker.process.serve import run_until_signalled
     from keel.worker.process.configured import connect_configured
-    from keel.worker.server.devserver import DevServer, port_free
+    from keel.worker.server.devserver import DevServer, free_ports, port_free
     from keel.worker.settings import Settings
     from keel.worker.shell import command
     from keel.worker.ui.serving import UiBindError, ui_running
@@ -68,17 +69,23 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     web_ui = args.temporal_ui_port
     if web_ui is None and args.port + 1000 <= 65535 and port_free(args.port + 1000):
         web_ui = args.port + 1000  # Temporal's own default; else a free port
-    async with DevServer(
-        settings.home,
-        port=args.port,
-        ui=True,
-        ui_port=web_ui,
-        namespace=settings.namespace,
-        shared=True,
-        cli=settings.temporal_cli,
-        state_home=settings.state_home,
-        adopt_database=args.adopt_database,
-    ) as server:
+    if web_ui is None and args.ui_codec:
+        web_ui = free_ports(1)[0]  # the codec server answers this origin only: fixed now
+    async with (
+        ui_codec(settings, web_ui, args.ui_codec) as codec_at,
+        DevServer(
+            settings.home,
+            port=args.port,
+            ui=True,
+            ui_port=web_ui,
+            namespace=settings.namespace,
+            shared=True,
+            cli=settings.temporal_cli,
+            state_home=settings.state_home,
+            adopt_database=args.adopt_database,
+            ui_codec_endpoint=codec_at,
+        ) as server,
+    ):
         client, _ = await connect_configured(
             Settings(
                 server.address,
@@ -106,8 +113,17 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                     print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
                     page_at = ""
                 freeze_startup_heap()
-                ready = f"Temporal at {server.address}, web UI at {server.ui_url}{page_at}"
+                decoding = " (decoding through a codec server)" if codec_at else ""
+                ready = f"Temporal at {server.address}, web UI at {server.ui_url}{decoding}"
+                ready += page_at
                 print(f"{ready}; Ctrl-C stops", flush=True)
+                if settings.encryption_key and not codec_at:
+                    print(
+                        "keel: Temporal's web UI shows the sessions' payloads encrypted; "
+                        "keel dev --ui-codec or keel codec-server decodes them there "
+                        "(docs/security.md)",
+                        file=sys.stderr,
+                    )
                 print(
                     "keel commands run in this folder use it (and its sessions' store); from "
                     f"another folder, set {command(f'KEEL_HOME={server.data_dir}')}",
@@ -176,6 +192,12 @@ def add_parser(sub: flags.Subparsers) -> None:
         type=flags.port,
         metavar="PORT",
         help="port of Temporal's web UI (default: --port + 1000, 8233, when free, else a free one)",
+    )
+    dev.add_argument(
+        "--ui-codec",
+        action="store_true",
+        help="with KEEL_ENCRYPTION_KEY: Temporal's web UI decodes payloads, through a codec "
+        "server on loopback whose endpoint every local user can read; see docs/security.md",
     )
     dev.add_argument(
         "--adopt-database",

@@ -205,6 +205,7 @@ class DevServer:
         shared: bool = False,
         state_home: str | os.PathLike[str] | None = None,
         adopt_database: bool = False,
+        ui_codec_endpoint: str | None = None,
     ) -> None:
         """Configure the server; nothing is started until :meth:`start`.
 
@@ -231,6 +232,9 @@ class DevServer:
                 as made for this data directory (copied, or made by an older Keel), and
                 record it; else such a database is refused
                 (``keel.worker.server.database_record``).
+            ui_codec_endpoint: the Web UI's codec endpoint (``--ui-codec-endpoint``), e.g.
+                ``keel codec-server``'s URL: the UI decodes payloads through it for every
+                browser, and tells it to whoever can load the UI.
         """
         self.data_dir = Path(data_dir if data_dir is not None else DEFAULT_DATA_DIR).resolve()
         self.namespace = namespace
@@ -243,6 +247,7 @@ class DevServer:
         self.shared = shared
         self.state_home = state_home
         self.adopt_database = adopt_database
+        self.ui_codec_endpoint = ui_codec_endpoint
         self._cli = cli
         self._fixed_port = port
         self._fixed_ui_port = ui_port
@@ -372,6 +377,8 @@ class DevServer:
             command.append("--headless")
         else:
             command += ["--ui-port", str(self.ui_port)]
+            if self.ui_codec_endpoint:
+                command += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         return command
 
     async def start(self) -> None:
@@ -417,7 +424,10 @@ class DevServer:
             )
         command = self._command(cli)
         log_file = self.log_path.open("ab")
-        log_file.write(f"--- keel: starting {' '.join(command)}\n".encode())
+        shown = " ".join(command)
+        if self.ui_codec_endpoint:  # its path is a secret: never in the log
+            shown = shown.replace(self.ui_codec_endpoint, "<codec endpoint>")
+        log_file.write(f"--- keel: starting {shown}\n".encode())
         log_file.flush()
         log_offset = log_file.tell()
         self._log_file = log_file

@@ -105,11 +105,20 @@ async def test_a_canary_is_only_readable_with_the_key(
     # keel codec-server: the temporal CLI shows the history in the clear with the token only
     port = free_port()
     address = server_env["TEMPORAL_ADDRESS"]
-    codec_env = env | {"KEEL_CODEC_TOKEN": "s3cret"}
-    no_token = keel("codec-server", "--port", str(port), env=env)
-    assert no_token.returncode == 2 and "KEEL_CODEC_TOKEN" in no_token.stderr
-    with codec_server(codec_env, port):
+    state = {"XDG_STATE_HOME": str(tmp_path / "state")}  # where its URL's secret is kept
+    codec_env = env | state | {"KEEL_CODEC_TOKEN": "s3cret"}
+    no_key = {k: v for k, v in env.items() if k != "KEEL_ENCRYPTION_KEY"} | state
+    refused_start = keel("codec-server", "--port", str(port), env=no_key)
+    assert refused_start.returncode == 2 and "KEEL_ENCRYPTION_KEY" in refused_start.stderr
+    with codec_server(codec_env, port) as proc:
         endpoint = f"http://127.0.0.1:{port}"
+        assert proc.stdout is not None
+        printed = ""
+        while f"{endpoint}/" not in printed:
+            line = proc.stdout.readline()
+            assert line, printed
+            printed += line
+        with_secret = printed.split(f"{endpoint}/", 1)[1].split()[0]
 
         def show(*auth: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
@@ -136,6 +145,12 @@ async def test_a_canary_is_only_readable_with_the_key(
         assert clear.returncode == 0, clear.stderr
         assert CANARY.encode() in json_payload_data(clear.stdout)
         assert "encryption-key-id" not in clear.stdout
+        # the endpoint URL it printed needs no header (what the Web UI uses)
+        endpoint = f"{endpoint}/{with_secret}"
+        clear = show()
+        assert clear.returncode == 0, clear.stderr
+        assert CANARY.encode() in json_payload_data(clear.stdout)
+        endpoint = f"http://127.0.0.1:{port}"
         for auth in (("--codec-auth", "Bearer wrong"),):
             refused = show(*auth)
             assert refused.returncode != 0 or "encryption-key-id" in refused.stdout
