@@ -102,7 +102,8 @@ async def existing_session(
         writes: the command changes the session, so it must still run.
         wait_for_worker: the command follows the session: keep asking when no worker
             answers, instead of failing.
-        mcp: the MCP servers of ``--mcp``, for the worker of an embedded server.
+        mcp: the MCP servers of ``--mcp``, for the worker of an embedded server (ignored
+            with the server of another command, whose worker runs the session).
 
     Raises:
         NoServerFound: no Temporal is known here (no database either).
@@ -113,6 +114,8 @@ async def existing_session(
             session whose MCP servers ``mcp`` does not name.
     """
     async with open_connection(settings) as connection:
+        if connection.host_pid is not None:
+            mcp = ()  # another command's server: its worker has the MCP servers it was given
         if mcp and not connection.embedded:
             raise UsageError(
                 "--mcp configures the worker a command embeds; with a Temporal of your own "

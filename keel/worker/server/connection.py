@@ -2,15 +2,20 @@
 
 In order: ``TEMPORAL_ADDRESS``; the ``keel dev`` that serves this ``KEEL_HOME`` (its address
 recorded in the user's state directory and verified, ``keel.worker.server.dev_record``);
+the server another command embeds on this ``KEEL_HOME`` (an embedded ``keel run``), for a
+command that only reads or decides, which uses it as a guest (``keel.worker.server.guests``);
 whatever listens on ``127.0.0.1:7233`` (a ``keel dev`` elsewhere); else a dev server this
 command embeds, on ``KEEL_HOME``'s database, which only ``keel run`` may create
 (``open_connection``). A server found without ``TEMPORAL_ADDRESS`` is named on a terminal.
+Only a command that starts a server needs the folder's lock: one that would find another
+command's embedded server but must run its own (``keel run``) is refused while it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -25,8 +30,9 @@ from keel.activities.store import open_store
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
 from keel.worker.process.configured import connect_configured
 from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.server.dev_record import read_record
+from keel.worker.server.dev_record import ServerRecord, read_record
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from keel.worker.server.guests import guest_of, wait_for_guests
 from keel.worker.server.tool_files import tool_entries
 from keel.worker.settings import Settings
 from keel.workflows.session import AgentSession
@@ -43,12 +49,22 @@ class NoServerFound(Exception):
 
 @dataclass
 class TemporalConnection:
-    """A connected client, and the embedded dev server when this process runs one."""
+    """A connected client, and the embedded dev server when this process runs one.
+
+    Attributes:
+        client: the client.
+        address: the server's address.
+        settings: the settings that reach it.
+        server: the dev server this process embeds, if it does.
+        host_pid: the keel process whose embedded server this command uses as a guest, if
+            it does: that process runs the worker, and the server stops when it ends.
+    """
 
     client: Client
     address: str
     settings: Settings
     server: DevServer | None = None
+    host_pid: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -90,6 +106,7 @@ class TemporalConnection:
                 settings=self.settings,
             ):
                 yield
+                await self._guests_gone()
 
     @asynccontextmanager
     async def reader(self, *, task_queue: str | None = None) -> AsyncIterator[None]:
@@ -109,6 +126,12 @@ class TemporalConnection:
         )
         async with worker:
             yield
+            await self._guests_gone()
+
+    async def _guests_gone(self) -> None:
+        """With an embedded server, wait a little for the commands that use it as guests."""
+        if self.server is not None:
+            await wait_for_guests(self.settings.home, self.settings.state_home)
 
 
 async def lasting_server(settings: Settings) -> Settings | None:
@@ -142,6 +165,24 @@ def dev_server(settings: Settings) -> Settings | None:
     return dataclasses.replace(settings, address=record.address)
 
 
+def embedded_elsewhere(settings: Settings) -> tuple[Settings, ServerRecord] | None:
+    """The server another keel process embeds on ``KEEL_HOME``, verified; else None.
+
+    The settings that reach it (its address, and the namespace it serves), and its record.
+    Said on a terminal when found. ``TEMPORAL_ADDRESS`` is not looked at.
+    """
+    record = read_record(settings.home, settings.state_home)
+    if record is None or record.shared or record.owner_pid == os.getpid():
+        return None
+    home = Path(settings.home).resolve()
+    say_found(
+        f"the Temporal that keel process {record.owner_pid} runs at {record.address} on "
+        f"{home} (it stops when that command ends)"
+    )
+    namespace = record.namespace or settings.namespace
+    return dataclasses.replace(settings, address=record.address, namespace=namespace), record
+
+
 def say_found(what: str) -> None:
     """On a terminal, name the Temporal a command found by itself, once (scripts see nothing)."""
     if sys.stderr.isatty() and what not in _SAID:
@@ -172,9 +213,13 @@ async def open_connection(
 
     A Temporal that outlives this command (``lasting_server``: ``TEMPORAL_ADDRESS``, the
     ``keel dev`` serving ``KEEL_HOME``, something on the default address) is only connected
-    to. Otherwise, when ``embed`` is true, this starts the dev server with its SQLite database
-    under ``KEEL_HOME`` (``.keel/``, so sessions survive for the next command) and stops it
-    on exit; ``TemporalConnection.worker`` then runs a worker in this process.
+    to. So is, by a command that may not create a database (``create`` None: one that reads
+    or decides), the server another keel process embeds on ``KEEL_HOME`` while it runs:
+    ``TemporalConnection.host_pid`` names that process, which runs the worker. Otherwise,
+    when ``embed`` is true, this starts the dev server with its SQLite database under
+    ``KEEL_HOME`` (``.keel/``, so sessions survive for the next command) and stops it on exit;
+    ``TemporalConnection.worker`` then runs a worker in this process, and, done, waits a little
+    for the commands using its server as guests.
 
     Args:
         settings: process settings.
@@ -188,6 +233,17 @@ async def open_connection(
         NoServerFound: no Temporal is known, no database is there, and ``create`` is None.
         TemporalUnreachable: the known Temporal does not answer.
     """
+    borrowed = None
+    if embed and create is None and not settings.address:
+        borrowed = embedded_elsewhere(settings)
+    if borrowed is not None:
+        guest, record = borrowed
+        with guest_of(settings.home, settings.state_home, record.owner_pid):
+            client, address = await connect_configured(guest)
+            yield TemporalConnection(
+                client=client, address=address, settings=guest, host_pid=record.owner_pid
+            )
+        return
     lasting = await lasting_server(settings)
     if lasting is not None or not embed:
         settings = lasting or settings

@@ -44,13 +44,17 @@ class ServerRecord:
         server_pid: the ``temporal`` process.
         owner_pid: the keel process that started it and stops it.
         shared: started by ``keel dev`` for every command on this directory to use; else a
-            command's own embedded server (``keel run``), which nobody else may use.
+            command's own embedded server (``keel run``): the lock on the directory, which
+            commands that only read or decide still use while it runs (as guests,
+            ``keel.worker.server.guests``), and no other command may start a server on.
+        namespace: the namespace it serves; None in a record of an older Keel.
     """
 
     address: str
     server_pid: int
     owner_pid: int
     shared: bool
+    namespace: str | None = None
 
 
 def record_path(
@@ -68,6 +72,7 @@ def parse_record(data: dict[str, object]) -> ServerRecord | None:
             server_pid=int(str(data["server_pid"])),
             owner_pid=int(str(data["owner_pid"])),
             shared=data.get("shared") is True,
+            namespace=str(data["namespace"]) if data.get("namespace") else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -1,0 +1,121 @@
+"""Commands that use another command's embedded server: their records, and the owner's wait.
+
+While an embedded ``keel run`` holds a folder, a command that only reads or decides
+(``keel pending``, ``show``, ``approve`` ...) from another terminal connects to that server
+instead of starting one (``keel.worker.server.connection``). It is the server's guest: it
+writes ``guest-<pid>.json`` among the folder's records in the user's state directory
+(``keel.worker.server.records``) while it runs, and the owner, done with its own work, keeps
+its server and worker up a little longer for the guests still running (a ``keel approve``
+that follows the turn it unblocked to its end), then stops them anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from keel.worker.server.dev_record import alive
+from keel.worker.server.records import read_private, records_dir, remove, write_private
+
+logger = logging.getLogger(__name__)
+
+GUEST_PREFIX = "guest-"
+"""Among a ``KEEL_HOME``'s records: ``guest-<pid>.json``, a command using another's server."""
+
+GUEST_GRACE_S = 10.0
+"""How long an owner waits for its guests before it stops its server anyway."""
+
+_POLL_S = 0.1
+
+
+def guest_path(
+    home: str | os.PathLike[str], state_home: str | os.PathLike[str] | None, pid: int
+) -> Path:
+    """The record of the guest process ``pid`` on ``home``'s server."""
+    return records_dir(home, state_home) / f"{GUEST_PREFIX}{pid}.json"
+
+
+@contextmanager
+def guest_of(
+    home: str | os.PathLike[str], state_home: str | os.PathLike[str] | None, owner_pid: int
+) -> Iterator[None]:
+    """Record this process as a guest of ``owner_pid``'s server on ``home`` for the block.
+
+    Without a record (a state directory that cannot be written) the command still runs: its
+    owner just does not wait for it.
+    """
+    path = guest_path(home, state_home, os.getpid())
+    try:
+        write_private(path, home, {"pid": os.getpid(), "owner_pid": owner_pid})
+    except OSError as err:
+        logger.warning(
+            "cannot record this command as a guest of keel process %s: %s", owner_pid, err
+        )
+    try:
+        yield
+    finally:
+        remove(path)
+
+
+def live_guests(
+    home: str | os.PathLike[str], state_home: str | os.PathLike[str] | None
+) -> list[int]:
+    """The processes recorded as guests of this process's server on ``home`` that still run.
+
+    A record whose process has ended is removed.
+    """
+    folder = records_dir(home, state_home)
+    try:
+        paths = sorted(folder.glob(f"{GUEST_PREFIX}*.json"))
+    except OSError:
+        return []
+    found = []
+    for path in paths:
+        data = read_private(path, home)
+        if data is None:
+            continue
+        try:
+            pid, owner = int(str(data["pid"])), int(str(data["owner_pid"]))
+        except (KeyError, ValueError):
+            remove(path)
+            continue
+        if owner != os.getpid():
+            continue
+        if pid == os.getpid() or not alive(pid):
+            remove(path)
+            continue
+        found.append(pid)
+    return found
+
+
+async def wait_for_guests(
+    home: str | os.PathLike[str],
+    state_home: str | os.PathLike[str] | None,
+    grace_s: float = GUEST_GRACE_S,
+) -> None:
+    """Wait, up to ``grace_s``, for the guests of this process's server on ``home`` to end.
+
+    Said on stderr when there are any: the person sees why the command does not return yet.
+    """
+    guests = live_guests(home, state_home)
+    if not guests:
+        return
+    names = ", ".join(str(pid) for pid in guests)
+    print(
+        f"keel: keel process {names} uses this command's Temporal: waiting for it to end "
+        f"(up to {grace_s:g} s) before stopping it",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + grace_s
+    while guests and time.monotonic() < deadline:
+        await asyncio.sleep(_POLL_S)
+        guests = live_guests(home, state_home)
+    if guests:
+        logger.warning("stopping the embedded Temporal while keel process %s still uses it", names)
