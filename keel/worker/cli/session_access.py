@@ -155,7 +155,8 @@ async def reading_session(
         SessionNotFound: no such session.
         NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
     """
-    async with open_connection(settings) as connection:
+    # following forever (keel watch), it does not keep another command's server up
+    async with open_connection(settings, holds=not wait_for_worker) as connection:
         keel = keel_client(connection, wait_for_worker=wait_for_worker)
         if await keel.status(session) is None:
             raise SessionNotFound(f"no session {session!r}")

@@ -32,7 +32,7 @@ from keel.worker.process.configured import connect_configured
 from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.server.dev_record import ServerRecord, read_record
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
-from keel.worker.server.guests import guest_of, wait_for_guests
+from keel.worker.server.guests import ending_with, guest_of, wait_for_guests
 from keel.worker.server.tool_files import tool_entries
 from keel.worker.settings import Settings
 from keel.workflows.session import AgentSession
@@ -208,6 +208,7 @@ async def open_connection(
     embed: bool = True,
     create: Callable[[Path], None] | None = None,
     port: int | None = None,
+    holds: bool = True,
 ) -> AsyncIterator[TemporalConnection]:
     """Connect to Temporal, embedding a dev server when none is known.
 
@@ -228,21 +229,26 @@ async def open_connection(
             (``keel run``): called with the data directory first, to say so. None: it may
             not, and ``NoServerFound`` says where it looked.
         port: the embedded server's port (default: a free one).
+        holds: with another command's server, that command, done, waits a little for this
+            one before stopping it (False: a command that would follow forever, ``keel
+            watch``). When it stops it anyway, this one ends with ``HostEnded``.
 
     Raises:
         NoServerFound: no Temporal is known, no database is there, and ``create`` is None.
         TemporalUnreachable: the known Temporal does not answer.
+        HostEnded: the command whose server this one used ended first.
     """
     borrowed = None
     if embed and create is None and not settings.address:
         borrowed = embedded_elsewhere(settings)
     if borrowed is not None:
         guest, record = borrowed
-        with guest_of(settings.home, settings.state_home, record.owner_pid):
-            client, address = await connect_configured(guest)
-            yield TemporalConnection(
-                client=client, address=address, settings=guest, host_pid=record.owner_pid
-            )
+        with guest_of(settings.home, settings.state_home, record.owner_pid, holds=holds):
+            async with ending_with(record.owner_pid, record.server_pid):
+                client, address = await connect_configured(guest)
+                yield TemporalConnection(
+                    client=client, address=address, settings=guest, host_pid=record.owner_pid
+                )
         return
     lasting = await lasting_server(settings)
     if lasting is not None or not embed:

@@ -5,8 +5,10 @@ While an embedded ``keel run`` holds a folder, a command that only reads or deci
 instead of starting one (``keel.worker.server.connection``). It is the server's guest: it
 writes ``guest-<pid>.json`` among the folder's records in the user's state directory
 (``keel.worker.server.records``) while it runs, and the owner, done with its own work, keeps
-its server and worker up a little longer for the guests still running (a ``keel approve``
-that follows the turn it unblocked to its end), then stops them anyway.
+its server and worker up a little longer for the guests that hold it (a ``keel approve``
+that follows the turn it unblocked to its end), then stops them anyway; a ``keel watch``,
+which would follow forever, does not hold it. A guest whose host ends, ends too
+(``HostEnded``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+from keel.worker.process.configured import TemporalUnreachable
 from keel.worker.server.dev_record import alive
 from keel.worker.server.records import read_private, records_dir, remove, write_private
 
@@ -32,6 +35,11 @@ GUEST_GRACE_S = 10.0
 """How long an owner waits for its guests before it stops its server anyway."""
 
 _POLL_S = 0.1
+_WATCH_S = 0.5
+
+
+class HostEnded(TemporalUnreachable):
+    """The command whose embedded server a guest used has ended, and its server with it."""
 
 
 def guest_path(
@@ -43,16 +51,26 @@ def guest_path(
 
 @contextmanager
 def guest_of(
-    home: str | os.PathLike[str], state_home: str | os.PathLike[str] | None, owner_pid: int
+    home: str | os.PathLike[str],
+    state_home: str | os.PathLike[str] | None,
+    owner_pid: int,
+    *,
+    holds: bool = True,
 ) -> Iterator[None]:
     """Record this process as a guest of ``owner_pid``'s server on ``home`` for the block.
 
     Without a record (a state directory that cannot be written) the command still runs: its
     owner just does not wait for it.
+
+    Args:
+        home: the ``KEEL_HOME``.
+        state_home: the user's state directory (``Settings.state_home``).
+        owner_pid: the keel process that runs the server.
+        holds: the owner, done, waits for this command (one that ends by itself).
     """
     path = guest_path(home, state_home, os.getpid())
     try:
-        write_private(path, home, {"pid": os.getpid(), "owner_pid": owner_pid})
+        write_private(path, home, {"pid": os.getpid(), "owner_pid": owner_pid, "holds": holds})
     except OSError as err:
         logger.warning(
             "cannot record this command as a guest of keel process %s: %s", owner_pid, err
@@ -66,7 +84,7 @@ def guest_of(
 def live_guests(
     home: str | os.PathLike[str], state_home: str | os.PathLike[str] | None
 ) -> list[int]:
-    """The processes recorded as guests of this process's server on ``home`` that still run.
+    """The guests that hold this process's server on ``home`` and still run.
 
     A record whose process has ended is removed.
     """
@@ -85,7 +103,7 @@ def live_guests(
         except (KeyError, ValueError):
             remove(path)
             continue
-        if owner != os.getpid():
+        if owner != os.getpid() or data.get("holds") is False:
             continue
         if pid == os.getpid() or not alive(pid):
             remove(path)
@@ -119,3 +137,37 @@ async def wait_for_guests(
         guests = live_guests(home, state_home)
     if guests:
         logger.warning("stopping the embedded Temporal while keel process %s still uses it", names)
+
+
+@asynccontextmanager
+async def ending_with(owner_pid: int, server_pid: int) -> AsyncIterator[None]:
+    """Run the block until it ends, or until the host's process or server ends: ``HostEnded``.
+
+    Raises:
+        HostEnded: the keel process ``owner_pid`` or its server ``server_pid`` ended first.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    ended = False
+
+    async def watch() -> None:
+        nonlocal ended
+        while alive(owner_pid) and alive(server_pid):
+            await asyncio.sleep(_WATCH_S)
+        ended = True
+        task.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not ended:
+            raise
+        task.uncancel()
+        raise HostEnded(
+            f"keel process {owner_pid}, whose embedded Temporal this command used, has ended, "
+            "and its server with it; run the command again (it then starts its own), or run "
+            "`keel dev` to share one server between terminals"
+        ) from None
+    finally:
+        watcher.cancel()

@@ -154,7 +154,17 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
         assert other.returncode != 0
         assert f"in use by keel process {first.proc.pid}" in other.stderr, other.stderr
 
+        # a follower that would never end by itself: it ends with the first terminal
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "keel.worker.cli", "watch", "both"],
+            env=env,
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         approved = keel("approve", "both", interrupt["id"], env=env, cwd=folder)
+        approved_at = time.monotonic()
         assert approved.returncode == 0, approved.stderr
         assert approved.stdout.startswith("finished\n"), approved.stdout
 
@@ -164,6 +174,13 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
         assert f"{interrupt['id']} was decided in another terminal" in after, after
         assert "finished" in after, after
         assert target.read_text() == "approved\n"  # the first terminal's worker ran the tool
+        # keel watch does not hold the server: the first terminal did not wait for it
+        assert time.monotonic() - approved_at < 8, err
+
+        watched, unwatched = watch.communicate(timeout=60)
+        assert watch.returncode == 1, (watched, unwatched)
+        assert f"keel process {first.proc.pid}, whose embedded Temporal" in unwatched, unwatched
+        assert "Traceback" not in unwatched
     finally:
         first.kill()
     assert not record_path(folder / ".keel", state).exists()
