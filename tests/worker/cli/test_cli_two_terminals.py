@@ -151,7 +151,7 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
 
         # a command that would start its own server still finds the folder held
         other = keel("run", "--session", "other", "--model", model, "x", env=env, cwd=folder)
-        assert other.returncode != 0
+        assert other.returncode == 1, other.stderr
         assert f"in use by keel process {first.proc.pid}" in other.stderr, other.stderr
 
         # a follower that would never end by itself: it ends with the first terminal
