@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from keel.worker.server.guests import (
+    HostBusy,
     HostEnded,
+    check_host_runs,
     ending_with,
     guest_path,
     live_guests,
@@ -74,3 +76,12 @@ async def test_a_guest_ends_when_its_host_ends() -> None:
         for proc in (host, server):
             proc.kill()
             proc.wait()
+
+
+def test_a_guest_acts_only_on_what_the_host_runs(tmp_path: Path) -> None:
+    check_host_runs(tmp_path, 42, ("tools", "mcp:files"), "s", ["tools", "mcp:files"])
+    check_host_runs(tmp_path, 42, (), "s", [])
+    with pytest.raises(HostBusy, match="keel process 42, which runs no worker for session 's'"):
+        check_host_runs(tmp_path, 42, None, "s", [])
+    with pytest.raises(HostBusy, match="runs a worker without mcp:files, other for session"):
+        check_host_runs(tmp_path, 42, ("tools",), "s", ["tools", "mcp:files", "other"])

@@ -14,6 +14,7 @@ from keel.worker.cli.run_inputs import UsageError
 from keel.worker.client.errors import SessionNotFound, WorkerWait
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.server.connection import TemporalConnection, lasting_server, open_connection
+from keel.worker.server.guests import check_host_runs
 from keel.worker.settings import Settings
 
 # What to do when no worker answers: said after each "no worker" line.
@@ -112,6 +113,7 @@ async def existing_session(
         NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
         UsageError: ``mcp`` with a Temporal of one's own, or an embedded server and a
             session whose MCP servers ``mcp`` does not name.
+        HostBusy: the server is another command's, whose worker does not run the session.
     """
     async with open_connection(settings) as connection:
         if connection.host_pid is not None:
@@ -125,6 +127,14 @@ async def existing_session(
         if writes:
             await keel.check_open(session)
         config = await keel.config(session)
+        if connection.host_pid is not None:  # another command's worker must run this session
+            check_host_runs(
+                settings.home,
+                connection.host_pid,
+                connection.host_runs,
+                session,
+                config.tool_modules,
+            )
         given = {server.name for server in mcp}
         missing = [m for m in config.tool_modules if m.startswith("mcp:") and m[4:] not in given]
         if connection.embedded and missing:

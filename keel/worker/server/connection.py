@@ -27,10 +27,11 @@ from temporalio.worker import Worker
 
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
+from keel.activities.tools import ToolModuleError, tool_module_name
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
 from keel.worker.process.configured import connect_configured
 from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.server.dev_record import ServerRecord, read_record
+from keel.worker.server.dev_record import ServerRecord, note_worker, read_record
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
 from keel.worker.server.guests import ending_with, guest_of, wait_for_guests
 from keel.worker.server.tool_files import tool_entries
@@ -58,6 +59,8 @@ class TemporalConnection:
         server: the dev server this process embeds, if it does.
         host_pid: the keel process whose embedded server this command uses as a guest, if
             it does: that process runs the worker, and the server stops when it ends.
+        host_runs: the tool modules (and ``mcp:NAME``) that process's worker runs; None
+            when it runs none (only a reader, or a Keel that does not say).
     """
 
     client: Client
@@ -65,6 +68,7 @@ class TemporalConnection:
     settings: Settings
     server: DevServer | None = None
     host_pid: int | None = None
+    host_runs: tuple[str, ...] | None = None
 
     @property
     def embedded(self) -> bool:
@@ -96,6 +100,8 @@ class TemporalConnection:
         queue = task_queue or self.settings.task_queue
         store = open_store(self.settings.store, self.settings.keyring())
         modules = tool_entries(self.settings.home, tool_modules, self.settings.state_home)
+        runs = [_module_name(m) for m in tool_modules]
+        runs += [f"mcp:{server.name}" for server in mcp_servers]
         async with mcp_servers_running(mcp_servers) as mcp:
             async with build_worker(
                 self.client,
@@ -105,8 +111,12 @@ class TemporalConnection:
                 mcp_servers=mcp or (),
                 settings=self.settings,
             ):
-                yield
-                await self._guests_gone()
+                note_worker(self.settings.home, self.settings.state_home, runs)
+                try:
+                    yield
+                    await self._guests_gone()
+                finally:
+                    note_worker(self.settings.home, self.settings.state_home, None)
 
     @asynccontextmanager
     async def reader(self, *, task_queue: str | None = None) -> AsyncIterator[None]:
@@ -132,6 +142,14 @@ class TemporalConnection:
         """With an embedded server, wait a little for the commands that use it as guests."""
         if self.server is not None:
             await wait_for_guests(self.settings.home, self.settings.state_home)
+
+
+def _module_name(entry: str) -> str:
+    """The module name of a ``--tools`` entry, as a session's ``tool_modules`` has it."""
+    try:
+        return tool_module_name(entry)
+    except ToolModuleError:
+        return entry
 
 
 async def lasting_server(settings: Settings) -> Settings | None:
@@ -247,7 +265,11 @@ async def open_connection(
             async with ending_with(record.owner_pid, record.server_pid):
                 client, address = await connect_configured(guest)
                 yield TemporalConnection(
-                    client=client, address=address, settings=guest, host_pid=record.owner_pid
+                    client=client,
+                    address=address,
+                    settings=guest,
+                    host_pid=record.owner_pid,
+                    host_runs=record.runs,
                 )
         return
     lasting = await lasting_server(settings)

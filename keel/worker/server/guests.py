@@ -18,12 +18,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from keel.worker.process.configured import TemporalUnreachable
 from keel.worker.server.dev_record import alive
+from keel.worker.server.devserver import DevServerError
 from keel.worker.server.records import read_private, records_dir, remove, write_private
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,44 @@ _WATCH_S = 0.5
 
 class HostEnded(TemporalUnreachable):
     """The command whose embedded server a guest used has ended, and its server with it."""
+
+
+class HostBusy(DevServerError):
+    """The command that holds the folder's server runs no worker for what a guest would do."""
+
+
+def check_host_runs(
+    home: str | os.PathLike[str],
+    host_pid: int,
+    runs: Sequence[str] | None,
+    session: str,
+    needs: Sequence[str],
+) -> None:
+    """Make sure the host's worker runs the tools of ``session`` a guest would act on.
+
+    Args:
+        home: the ``KEEL_HOME``.
+        host_pid: the keel process that holds its server.
+        runs: the tool modules (and ``mcp:NAME``) its worker runs; None: it runs none.
+        session: the session.
+        needs: the session's ``tool_modules``.
+
+    Raises:
+        HostBusy: the host runs no worker, or one without some of the session's tools: the
+            turn would wait, or its tools fail, until the host ends.
+    """
+    if runs is None:
+        lacking = "runs no worker"
+    else:
+        missing = [module for module in needs if module not in runs]
+        if not missing:
+            return
+        lacking = f"runs a worker without {', '.join(missing)}"
+    raise HostBusy(
+        f"the embedded Temporal in {Path(home).resolve()} is in use by keel process {host_pid}, "
+        f"which {lacking} for session {session!r}: wait for it to end, or run `keel dev` once "
+        "and let every terminal share it"
+    )
 
 
 def guest_path(

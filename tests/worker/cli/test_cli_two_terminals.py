@@ -29,6 +29,7 @@ from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_s
 from tests.helpers.temporal import free_port
 
 QUESTION = "approve? [y/N] "
+WORKSPACE = "keel.activities.examples.workspace"
 
 
 def default_address_taken() -> bool:
@@ -126,6 +127,13 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
             respond(text("finished")),
         ],
     )
+    # an earlier session of the folder, with tools the next keel run does not load
+    earlier = write_script(tmp_path / "e.json", [respond(text("earlier"))])
+    done = keel(
+        "run", "--session", "earlier", "--model", earlier, "--tools", WORKSPACE, "hi",
+        env=env, cwd=folder,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
     run = ["run", "--session", "both", "--model", model, "--tools", SAMPLE_TOOLS, "go"]
     first = Terminal(run, env, folder)
     try:
@@ -144,10 +152,20 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
         assert shown.returncode == 0 and "[turn 1 awaiting_human" in shown.stdout, shown.stderr
         listed = keel("sessions", "--json", env=env, cwd=folder)
         assert listed.returncode == 0, listed.stderr
-        assert [s["session"] for s in json.loads(listed.stdout)] == ["both"]
+        assert [s["session"] for s in json.loads(listed.stdout)] == ["both", "earlier"]
         for done in (pending, said, shown, listed):
             assert "in use by keel process" not in done.stderr
         assert guests(folder, state) == []  # each guest removed its record
+
+        # acting on a session whose tools the first terminal's worker does not run: refused
+        steered = keel("steer", "earlier", "and more", env=env, cwd=folder)
+        assert steered.returncode == 1, steered.stderr
+        assert f"in use by keel process {first.proc.pid}, which runs a worker without " in (
+            steered.stderr
+        )
+        assert WORKSPACE in steered.stderr and "for session 'earlier'" in steered.stderr
+        shown = keel("show", "earlier", env=env, cwd=folder)  # reading it is fine
+        assert shown.returncode == 0 and "assistant: earlier" in shown.stdout, shown.stderr
 
         # a command that would start its own server still finds the folder held
         other = keel("run", "--session", "other", "--model", model, "x", env=env, cwd=folder)
