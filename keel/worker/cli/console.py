@@ -290,11 +290,18 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
         print("  ".join([*cells, row[-1]]))
 
 
+# The thread that reads the terminal's next line, and where that line goes: to the question
+# asked now. A withdrawn question's thread, still reading, serves the next question; a line
+# it reads while nothing is asked is dropped (never taken as the answer to a later question).
+_reader: dict[str, Any] = {}
+
+
 async def ask(question: str) -> str | None:
     """Ask a person one line on the terminal; None on end of input or Ctrl-C.
 
     The line is read in a daemon thread, so the event loop (and an in-process worker)
-    keeps running while the person thinks.
+    keeps running while the person thinks. A question may be withdrawn (the task asking is
+    cancelled: decided in another terminal); its reading thread then serves the next one.
     """
     import asyncio
 
@@ -305,23 +312,35 @@ async def ask(question: str) -> str | None:
         if not answer.done():
             answer.set_result(value)
 
+    def deliver(line: str | None) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, line)
+        except RuntimeError:  # the loop is gone: nobody waits for the answer
+            pass
+
     def read() -> None:
         try:
             line = sys.stdin.readline()
         except (OSError, ValueError):
             line = ""
-        try:
-            loop.call_soon_threadsafe(settle, line or None)
-        except RuntimeError:  # the loop is gone: nobody waits for the answer
-            pass
+        to = _reader.pop("deliver", None)
+        if to is not None:
+            to(line or None)
 
     previous = signal.getsignal(signal.SIGINT)
     loop.add_signal_handler(signal.SIGINT, settle, None)
     try:
         print(question, end="", flush=True)
-        threading.Thread(target=read, name="keel-ask", daemon=True).start()
+        _reader["deliver"] = deliver
+        thread = _reader.get("thread")
+        if thread is None or not thread.is_alive():
+            thread = threading.Thread(target=read, name="keel-ask", daemon=True)
+            _reader["thread"] = thread
+            thread.start()
         line = await answer
     finally:
+        if _reader.get("deliver") is deliver:
+            _reader.pop("deliver", None)
         loop.remove_signal_handler(signal.SIGINT)
         signal.signal(signal.SIGINT, previous)
     if line is None:

@@ -18,11 +18,14 @@ if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --he
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     """``keel worker``: run a worker until SIGTERM or Ctrl-C, then shut down gracefully.
 
-    Flags win over their environment variables (see ``keel.worker.settings``); an invalid
-    setting exits 2 with the reason.
+    Without ``--address`` or ``TEMPORAL_ADDRESS``, the ``keel dev`` serving this folder's
+    ``KEEL_HOME`` (verified, as every command finds it); else the default address. Flags win
+    over their environment variables (see ``keel.worker.settings``); an invalid setting exits
+    2 with the reason.
     """
     from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
     from keel.worker.process.serve import serve_worker
+    from keel.worker.server.connection import dev_server
     from keel.worker.settings import FLAG_NAMES, ConfigError, WorkerSettings
 
     flags = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAG_NAMES.items()}
@@ -39,6 +42,8 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         tls_ca=args.tls_ca or settings.tls_ca,
         tls_server_name=args.tls_server_name or settings.tls_server_name,
     )
+    if not settings.address:  # the `keel dev` of this folder, as the other commands find it
+        settings = dev_server(settings) or settings
     try:
         config = WorkerSettings.load(flags=flags)
         servers = mcp_servers(args.mcp, settings.environ)
@@ -53,19 +58,26 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 
     Its record, in the user's state directory (``keel.worker.server.dev_record``), says it is
     shared while it runs: the commands run on the same ``KEEL_HOME`` (in this folder) connect
-    to it, once they have verified it.
+    to it, once they have verified it. ``--no-worker``: no worker of its own (``keel worker``
+    in the same folder finds the server and runs the turns).
     """
     from keel.worker.cli.codec import ui_codec
-    from keel.worker.cli.run_inputs import mcp_servers, tool_modules
+    from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
     from keel.worker.cli.ui import build_app, ui_source
     from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
-    from keel.worker.process.serve import run_until_signalled
     from keel.worker.process.configured import connect_configured
+    from keel.worker.process.serve import run_until_signalled
     from keel.worker.server.devserver import DevServer, free_ports, port_free
     from keel.worker.settings import Settings
     from keel.worker.shell import command
     from keel.worker.ui.serving import UiBindError, ui_running
 
+    if args.no_worker and (args.tools or args.mcp):
+        given = "--tools" if args.tools else "--mcp"
+        raise UsageError(
+            f"{given} configures keel dev's worker, and --no-worker runs none: give it to the "
+            "`keel worker` that runs the turns"
+        )
     web_ui = args.temporal_ui_port
     if web_ui is None and args.port + 1000 <= 65535 and port_free(args.port + 1000):
         web_ui = args.port + 1000  # Temporal's own default; else a free port
@@ -94,43 +106,70 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                 decryption_keys=settings.decryption_keys,
             )
         )
-        async with mcp_servers_running(mcp_servers(args.mcp, settings.environ)) as mcp:
-            worker = build_worker(
-                client,
-                settings.task_queue,
-                tool_modules(args.tools),
-                mcp_servers=mcp or (),
-                settings=settings,
-            )
+        async with contextlib.AsyncExitStack() as stack:
+            worker = None
+            if not args.no_worker:
+                servers = mcp_servers(args.mcp, settings.environ)
+                mcp = await stack.enter_async_context(mcp_servers_running(servers))
+                worker = build_worker(
+                    client,
+                    settings.task_queue,
+                    tool_modules(args.tools),
+                    mcp_servers=mcp or (),
+                    settings=settings,
+                )
             page = build_app(settings, ui_source(settings, client), None)
-            async with contextlib.AsyncExitStack() as stack:
-                try:
-                    url = await stack.enter_async_context(
-                        ui_running(page.app, flags.UI_HOST, args.ui_port)
-                    )
-                    page_at = f", Keel's approvals page at {page.link(url)}"
-                except UiBindError as err:  # the page is a convenience: dev runs without it
-                    print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
-                    page_at = ""
-                freeze_startup_heap()
-                decoding = " (decoding through a codec server)" if codec_at else ""
-                ready = f"Temporal at {server.address}, web UI at {server.ui_url}{decoding}"
-                ready += page_at
-                print(f"{ready}; Ctrl-C stops", flush=True)
-                if settings.encryption_key and not codec_at:
-                    print(
-                        "keel: Temporal's web UI shows the sessions' payloads encrypted; "
-                        "keel dev --ui-codec or keel codec-server decodes them there "
-                        "(docs/security.md)",
-                        file=sys.stderr,
-                    )
+            try:
+                url = await stack.enter_async_context(
+                    ui_running(page.app, flags.UI_HOST, args.ui_port)
+                )
+                page_at = f", Keel's approvals page at {page.link(url)}"
+            except UiBindError as err:  # the page is a convenience: dev runs without it
+                print(f"keel: no approvals page: {err} (try --ui-port)", file=sys.stderr)
+                page_at = ""
+            freeze_startup_heap()
+            decoding = " (decoding through a codec server)" if codec_at else ""
+            ready = f"Temporal at {server.address}, web UI at {server.ui_url}{decoding}{page_at}"
+            print(f"{ready}; Ctrl-C stops", flush=True)
+            if settings.encryption_key and not codec_at:
                 print(
-                    "keel commands run in this folder use it (and its sessions' store); from "
-                    f"another folder, set {command(f'KEEL_HOME={server.data_dir}')}",
+                    "keel: Temporal's web UI shows the sessions' payloads encrypted; "
+                    "keel dev --ui-codec or keel codec-server decodes them there "
+                    "(docs/security.md)",
+                    file=sys.stderr,
+                )
+            print(
+                "keel commands run in this folder use it (and its sessions' store); from "
+                f"another folder, set {command(f'KEEL_HOME={server.data_dir}')}",
+                flush=True,
+            )
+            if worker is None:
+                print(
+                    "no worker runs here (--no-worker): sessions' turns wait for one; start "
+                    "`keel worker --tools ...` in this folder, which finds this server",
                     flush=True,
                 )
+                await _until_signalled()
+            else:
                 await run_until_signalled(worker)
     return EXIT_OK
+
+
+async def _until_signalled() -> None:
+    """Return on SIGINT or SIGTERM (``keel dev --no-worker``: nothing to shut down first)."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 # ``keel worker``'s flags that override an environment variable: (flag, metavar, help).
@@ -198,6 +237,12 @@ def add_parser(sub: flags.Subparsers) -> None:
         action="store_true",
         help="with KEEL_ENCRYPTION_KEY: Temporal's web UI decodes payloads, through a codec "
         "server on loopback whose endpoint every local user can read; see docs/security.md",
+    )
+    dev.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="serve Temporal (and the pages) only, no worker: run `keel worker` in this "
+        "folder for the turns (it finds this server)",
     )
     dev.add_argument(
         "--adopt-database",

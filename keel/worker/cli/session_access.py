@@ -14,6 +14,7 @@ from keel.worker.cli.run_inputs import UsageError
 from keel.worker.client.errors import SessionNotFound, WorkerWait
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.server.connection import TemporalConnection, lasting_server, open_connection
+from keel.worker.server.guests import check_host_runs
 from keel.worker.settings import Settings
 
 # What to do when no worker answers: said after each "no worker" line.
@@ -102,7 +103,8 @@ async def existing_session(
         writes: the command changes the session, so it must still run.
         wait_for_worker: the command follows the session: keep asking when no worker
             answers, instead of failing.
-        mcp: the MCP servers of ``--mcp``, for the worker of an embedded server.
+        mcp: the MCP servers of ``--mcp``, for the worker of an embedded server (ignored
+            with the server of another command, whose worker runs the session).
 
     Raises:
         NoServerFound: no Temporal is known here (no database either).
@@ -111,8 +113,11 @@ async def existing_session(
         NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
         UsageError: ``mcp`` with a Temporal of one's own, or an embedded server and a
             session whose MCP servers ``mcp`` does not name.
+        HostBusy: the server is another command's, whose worker does not run the session.
     """
     async with open_connection(settings) as connection:
+        if connection.host_pid is not None:
+            mcp = ()  # another command's server: its worker has the MCP servers it was given
         if mcp and not connection.embedded:
             raise UsageError(
                 "--mcp configures the worker a command embeds; with a Temporal of your own "
@@ -122,6 +127,14 @@ async def existing_session(
         if writes:
             await keel.check_open(session)
         config = await keel.config(session)
+        if connection.host_pid is not None:  # another command's worker must run this session
+            check_host_runs(
+                settings.home,
+                connection.host_pid,
+                connection.host_runs,
+                session,
+                config.tool_modules,
+            )
         given = {server.name for server in mcp}
         missing = [m for m in config.tool_modules if m.startswith("mcp:") and m[4:] not in given]
         if connection.embedded and missing:
@@ -152,7 +165,8 @@ async def reading_session(
         SessionNotFound: no such session.
         NoWorker: not ``wait_for_worker``, and no worker polls the session's task queue.
     """
-    async with open_connection(settings) as connection:
+    # following forever (keel watch), it does not keep another command's server up
+    async with open_connection(settings, holds=not wait_for_worker) as connection:
         keel = keel_client(connection, wait_for_worker=wait_for_worker)
         if await keel.status(session) is None:
             raise SessionNotFound(f"no session {session!r}")

@@ -428,6 +428,7 @@ async def _follow_turn(
     keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
 ) -> int:
     """``finish_turn``'s work."""
+    from keel.worker.cli.decided_elsewhere import DecidedElsewhere, unless_decided
     from keel.worker.cli.follow import Follower
     from keel.worker.client.errors import RequestRejected
     from keel.workflows.interrupt_kinds import kind_of
@@ -444,7 +445,11 @@ async def _follow_turn(
         for interrupt in asked:
             try:
                 if kind_of(interrupt).update == "respond":
-                    value = await ask_question(interrupt)
+                    value = await unless_decided(
+                        keel, session, turn_id, interrupt.id, ask_question(interrupt)
+                    )
+                    if isinstance(value, DecidedElsewhere):
+                        continue
                     if value is None:
                         record = await _held_message(
                             keel, session, await keel.turn(session, turn_id)
@@ -458,7 +463,11 @@ async def _follow_turn(
                         key=approver_key(args),
                     )
                     continue
-                answer = await ask_decision(interrupt)
+                answer = await unless_decided(
+                    keel, session, turn_id, interrupt.id, ask_decision(interrupt)
+                )
+                if isinstance(answer, DecidedElsewhere):
+                    continue
                 if answer is None:
                     record = await _held_message(keel, session, await keel.turn(session, turn_id))
                     return print_turn(session, record, False, extra)

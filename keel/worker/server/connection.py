@@ -2,15 +2,20 @@
 
 In order: ``TEMPORAL_ADDRESS``; the ``keel dev`` that serves this ``KEEL_HOME`` (its address
 recorded in the user's state directory and verified, ``keel.worker.server.dev_record``);
+the server another command embeds on this ``KEEL_HOME`` (an embedded ``keel run``), for a
+command that only reads or decides, which uses it as a guest (``keel.worker.server.guests``);
 whatever listens on ``127.0.0.1:7233`` (a ``keel dev`` elsewhere); else a dev server this
 command embeds, on ``KEEL_HOME``'s database, which only ``keel run`` may create
 (``open_connection``). A server found without ``TEMPORAL_ADDRESS`` is named on a terminal.
+Only a command that starts a server needs the folder's lock: one that would find another
+command's embedded server but must run its own (``keel run``) is refused while it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,11 +27,13 @@ from temporalio.worker import Worker
 
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
+from keel.activities.tools import ToolModuleError, tool_module_name
 from keel.worker.process.assembly import build_worker, connect, mcp_servers_running
 from keel.worker.process.configured import connect_configured
 from keel.worker.process.sandbox import sandbox_runner
-from keel.worker.server.dev_record import read_record
+from keel.worker.server.dev_record import ServerRecord, note_worker, read_record
 from keel.worker.server.devserver import DEFAULT_ADDRESS, DevServer, address_reachable
+from keel.worker.server.guests import ending_with, guest_of, wait_for_guests
 from keel.worker.server.tool_files import tool_entries
 from keel.worker.settings import Settings
 from keel.workflows.session import AgentSession
@@ -43,12 +50,25 @@ class NoServerFound(Exception):
 
 @dataclass
 class TemporalConnection:
-    """A connected client, and the embedded dev server when this process runs one."""
+    """A connected client, and the embedded dev server when this process runs one.
+
+    Attributes:
+        client: the client.
+        address: the server's address.
+        settings: the settings that reach it.
+        server: the dev server this process embeds, if it does.
+        host_pid: the keel process whose embedded server this command uses as a guest, if
+            it does: that process runs the worker, and the server stops when it ends.
+        host_runs: the tool modules (and ``mcp:NAME``) that process's worker runs; None
+            when it runs none (only a reader, or a Keel that does not say).
+    """
 
     client: Client
     address: str
     settings: Settings
     server: DevServer | None = None
+    host_pid: int | None = None
+    host_runs: tuple[str, ...] | None = None
 
     @property
     def embedded(self) -> bool:
@@ -80,6 +100,8 @@ class TemporalConnection:
         queue = task_queue or self.settings.task_queue
         store = open_store(self.settings.store, self.settings.keyring())
         modules = tool_entries(self.settings.home, tool_modules, self.settings.state_home)
+        runs = [_module_name(m) for m in tool_modules]
+        runs += [f"mcp:{server.name}" for server in mcp_servers]
         async with mcp_servers_running(mcp_servers) as mcp:
             async with build_worker(
                 self.client,
@@ -89,7 +111,12 @@ class TemporalConnection:
                 mcp_servers=mcp or (),
                 settings=self.settings,
             ):
-                yield
+                note_worker(self.settings.home, self.settings.state_home, runs)
+                try:
+                    yield
+                    await self._guests_gone()
+                finally:
+                    note_worker(self.settings.home, self.settings.state_home, None)
 
     @asynccontextmanager
     async def reader(self, *, task_queue: str | None = None) -> AsyncIterator[None]:
@@ -109,6 +136,20 @@ class TemporalConnection:
         )
         async with worker:
             yield
+            await self._guests_gone()
+
+    async def _guests_gone(self) -> None:
+        """With an embedded server, wait a little for the commands that use it as guests."""
+        if self.server is not None:
+            await wait_for_guests(self.settings.home, self.settings.state_home)
+
+
+def _module_name(entry: str) -> str:
+    """The module name of a ``--tools`` entry, as a session's ``tool_modules`` has it."""
+    try:
+        return tool_module_name(entry)
+    except ToolModuleError:
+        return entry
 
 
 async def lasting_server(settings: Settings) -> Settings | None:
@@ -142,6 +183,24 @@ def dev_server(settings: Settings) -> Settings | None:
     return dataclasses.replace(settings, address=record.address)
 
 
+def embedded_elsewhere(settings: Settings) -> tuple[Settings, ServerRecord] | None:
+    """The server another keel process embeds on ``KEEL_HOME``, verified; else None.
+
+    The settings that reach it (its address, and the namespace it serves), and its record.
+    Said on a terminal when found. ``TEMPORAL_ADDRESS`` is not looked at.
+    """
+    record = read_record(settings.home, settings.state_home)
+    if record is None or record.shared or record.owner_pid == os.getpid():
+        return None
+    home = Path(settings.home).resolve()
+    say_found(
+        f"the Temporal that keel process {record.owner_pid} runs at {record.address} on "
+        f"{home} (it stops when that command ends)"
+    )
+    namespace = record.namespace or settings.namespace
+    return dataclasses.replace(settings, address=record.address, namespace=namespace), record
+
+
 def say_found(what: str) -> None:
     """On a terminal, name the Temporal a command found by itself, once (scripts see nothing)."""
     if sys.stderr.isatty() and what not in _SAID:
@@ -167,14 +226,19 @@ async def open_connection(
     embed: bool = True,
     create: Callable[[Path], None] | None = None,
     port: int | None = None,
+    holds: bool = True,
 ) -> AsyncIterator[TemporalConnection]:
     """Connect to Temporal, embedding a dev server when none is known.
 
     A Temporal that outlives this command (``lasting_server``: ``TEMPORAL_ADDRESS``, the
     ``keel dev`` serving ``KEEL_HOME``, something on the default address) is only connected
-    to. Otherwise, when ``embed`` is true, this starts the dev server with its SQLite database
-    under ``KEEL_HOME`` (``.keel/``, so sessions survive for the next command) and stops it
-    on exit; ``TemporalConnection.worker`` then runs a worker in this process.
+    to. So is, by a command that may not create a database (``create`` None: one that reads
+    or decides), the server another keel process embeds on ``KEEL_HOME`` while it runs:
+    ``TemporalConnection.host_pid`` names that process, which runs the worker. Otherwise,
+    when ``embed`` is true, this starts the dev server with its SQLite database under
+    ``KEEL_HOME`` (``.keel/``, so sessions survive for the next command) and stops it on exit;
+    ``TemporalConnection.worker`` then runs a worker in this process, and, done, waits a little
+    for the commands using its server as guests.
 
     Args:
         settings: process settings.
@@ -183,11 +247,31 @@ async def open_connection(
             (``keel run``): called with the data directory first, to say so. None: it may
             not, and ``NoServerFound`` says where it looked.
         port: the embedded server's port (default: a free one).
+        holds: with another command's server, that command, done, waits a little for this
+            one before stopping it (False: a command that would follow forever, ``keel
+            watch``). When it stops it anyway, this one ends with ``HostEnded``.
 
     Raises:
         NoServerFound: no Temporal is known, no database is there, and ``create`` is None.
         TemporalUnreachable: the known Temporal does not answer.
+        HostEnded: the command whose server this one used ended first.
     """
+    borrowed = None
+    if embed and create is None and not settings.address:
+        borrowed = embedded_elsewhere(settings)
+    if borrowed is not None:
+        guest, record = borrowed
+        with guest_of(settings.home, settings.state_home, record.owner_pid, holds=holds):
+            async with ending_with(record.owner_pid, record.server_pid):
+                client, address = await connect_configured(guest)
+                yield TemporalConnection(
+                    client=client,
+                    address=address,
+                    settings=guest,
+                    host_pid=record.owner_pid,
+                    host_runs=record.runs,
+                )
+        return
     lasting = await lasting_server(settings)
     if lasting is not None or not embed:
         settings = lasting or settings

@@ -26,6 +26,7 @@ from keel.worker.server.records import (
     real_home,
     records_dir,
     warn_once,
+    write_private,
 )
 
 RECORD_FILE = "server.json"
@@ -44,13 +45,20 @@ class ServerRecord:
         server_pid: the ``temporal`` process.
         owner_pid: the keel process that started it and stops it.
         shared: started by ``keel dev`` for every command on this directory to use; else a
-            command's own embedded server (``keel run``), which nobody else may use.
+            command's own embedded server (``keel run``): the lock on the directory, which
+            commands that only read or decide still use while it runs (as guests,
+            ``keel.worker.server.guests``), and no other command may start a server on.
+        namespace: the namespace it serves; None in a record of an older Keel.
+        runs: for an embedded server, the tool modules (and ``mcp:NAME`` servers) of the
+            worker its keel process runs, once it runs one; None while it runs none.
     """
 
     address: str
     server_pid: int
     owner_pid: int
     shared: bool
+    namespace: str | None = None
+    runs: tuple[str, ...] | None = None
 
 
 def record_path(
@@ -68,9 +76,38 @@ def parse_record(data: dict[str, object]) -> ServerRecord | None:
             server_pid=int(str(data["server_pid"])),
             owner_pid=int(str(data["owner_pid"])),
             shared=data.get("shared") is True,
+            namespace=str(data["namespace"]) if data.get("namespace") else None,
+            runs=_names(data.get("runs")),
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    """A list of names in a record; None when absent or not a list of strings."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
+
+
+def note_worker(
+    home: str | os.PathLike[str],
+    state_home: str | os.PathLike[str] | None,
+    runs: list[str] | None,
+) -> None:
+    """Add to this process's server record what its worker runs (None: no worker now).
+
+    The commands that use the server as guests act only on sessions whose tools it runs.
+    """
+    path = record_path(home, state_home)
+    data = read_private(path, home)
+    if data is None or data.get("owner_pid") != os.getpid():
+        return
+    data.pop("home", None)
+    try:
+        write_private(path, home, {**data, "runs": runs})
+    except OSError as err:
+        warn_once(f"note:{path}", "cannot note this command's worker in %s: %s", path, err)
 
 
 def read_record(

@@ -304,6 +304,7 @@ class DevServer:
             "server_pid": self._process.pid,
             "owner_pid": os.getpid(),
             "address": self.address,
+            "namespace": self.namespace,
             "shared": shared,
         }
         write_private(self.lock_path, self.data_dir, record)
