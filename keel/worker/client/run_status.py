@@ -29,10 +29,10 @@ _ENDED: dict[WorkflowExecutionStatus, EndedStatus] = {
     WorkflowExecutionStatus.FAILED: "failed",
 }
 _IN_WORDS: dict[EndedStatus, str] = {
-    "terminated": "terminated in Temporal",
-    "cancelled": "cancelled in Temporal",
-    "timed_out": "timed out in Temporal (its run timeout)",
-    "failed": "failed",
+    "terminated": "the session was terminated in Temporal",
+    "cancelled": "the session was cancelled in Temporal",
+    "timed_out": "the session timed out in Temporal (its run timeout)",
+    "failed": "the session failed",
 }
 
 
@@ -51,7 +51,7 @@ class SessionEnd:
     @property
     def text(self) -> str:
         """One line: ``the session was terminated in Temporal: <reason>``."""
-        said = f"the session was {_IN_WORDS[self.status]}"
+        said = _IN_WORDS[self.status]
         return f"{said}: {self.reason}" if self.reason else said
 
     @property

@@ -215,3 +215,27 @@ def test_run_json_gives_the_message_whose_tool_waits(
     message = json.loads(waiting.stdout)["message"]
     assert message["content"][0] == {"text": "now the file"}
     assert message["content"][1]["toolUse"]["toolUseId"] == "g1"
+
+
+def test_a_run_timeout_reads_timed_out(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """A session started with a run timeout (the raw CLI's ``--run-timeout``) that ran out."""
+    from tests.helpers.scripts import SAMPLE_TOOLS
+
+    env = server_env
+    session = f"truth-{uuid.uuid4().hex[:8]}"
+    model = approval_script(tmp_path, tmp_path / "out.txt")
+    start = {"config": {"model": model, "tool_modules": [SAMPLE_TOOLS]}, "prompt": "go"}
+    temporal(
+        env, "workflow", "start", "--type", "AgentSession", "--task-queue",
+        env["KEEL_TASK_QUEUE"], "--workflow-id", session, "--run-timeout", "4s",
+        "--input", json.dumps(start),
+    )  # fmt: skip
+    until_status(env, session, "WORKFLOW_EXECUTION_STATUS_TIMED_OUT")
+    said = "the session timed out in Temporal (its run timeout)"
+    shown = json.loads(keel("show", session, "--json", env=env).stdout)
+    assert shown["status"] == "timed_out"
+    assert keel("pending", session, env=env).stdout.strip().endswith(said)
+    wait = keel("wait", session, env=env)
+    assert wait.returncode == EXIT_ENDED and said in wait.stderr
