@@ -11,9 +11,9 @@ input that does not validate is refused with ``InputRejected`` naming each field
 wrong (the start fails the session, an update is rejected, a signal is dropped with a
 warning).
 
-A payload the worker cannot open at all (encrypted with a key it lacks) is the worker's
-fault, not the sender's: that error is not caught, so the task fails and a worker given the
-key recovers it.
+A payload the worker cannot open at all (encrypted with a key it lacks) is not the sender's
+mistake as ``decode`` sees it: that error passes through, so a start's task fails and a
+worker given the key recovers it, and an update is rejected with it; a signal is dropped.
 
 Pure module: imported by workflow code.
 """
@@ -89,13 +89,22 @@ def decode_signal(value: Any, kind: type[M], signal: str, *, missing: M | None =
 
     A signal has no answer to carry an error back, and a signal handler that raises fails
     its workflow task, retried forever: the worker's log says what was wrong, once (the
-    workflow logger is silent on replay).
+    workflow logger is silent on replay). A payload no key of this worker opens is dropped
+    too: anyone can send one (issue 29), and it must not wedge the session.
     """
+    what = f"signal {signal}"
     try:
-        return decode(value, kind, f"signal {signal}", missing=missing)
+        return decode(value, kind, what, missing=missing)
     except InputRejected as err:
         workflow.logger.warning("dropped a malformed signal: %s", err)
-        return None
+    except Exception as err:  # noqa: BLE001 - whatever it is, it must not fail the task
+        workflow.logger.warning(
+            "dropped a malformed signal: %s: could not be read: %s: %s",
+            what,
+            type(err).__name__,
+            err,
+        )
+    return None
 
 
 def named_errors(err: ValidationError) -> str:
