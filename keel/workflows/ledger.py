@@ -540,6 +540,10 @@ def _entry_bytes(key: str, value: Any) -> int:
     return len(key.encode()) + len(str(value).encode())
 
 
+NO_CONFIG = SessionConfig(model="none: the start input was malformed")
+"""The configuration of a session whose start input was malformed (it failed at once)."""
+
+
 class SessionInput(KeelModel):
     """Start input of ``AgentSession``.
 

@@ -50,7 +50,6 @@ with workflow.unsafe.imports_passed_through():
         PromptInput,
         RevokeAck,
         RevokeInput,
-        SessionConfig,
         SessionResult,
         SessionState,
         StateQuery,
@@ -71,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.decisions import Decisions
     from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
-    from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
+    from keel.workflows.ledger import NO_CONFIG, Ledger, PendingCycle, SessionInput
     from keel.workflows.limits import LIMITS_PATCH
     from keel.workflows.messages import (
         ContentBlock,
@@ -92,8 +91,6 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.tool_gate import ToolGate
 
 INPUT_REJECTED = "KeelInputRejected"
-# The configuration a session whose start input was malformed shows until it fails.
-NO_CONFIG = SessionConfig(model="none: the start input was malformed")
 STEERING_PREFIX = "[guidance from the user while you worked] "
 # Sessions whose structured-output turn ended without output before this completed anyway.
 OUTPUT_PATCH = "keel-output-required"
