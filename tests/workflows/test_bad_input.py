@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,20 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from keel import KeelClient
+from keel.workflows.contracts import (
+    Answer,
+    CancelInput,
+    ChildInterrupts,
+    ClientResult,
+    CloseInput,
+    Decision,
+    KeelModel,
+    PromptInput,
+    RevokeInput,
+    SessionConfig,
+    SteerInput,
+)
+from keel.workflows.ledger import SessionInput
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text
 from tests.helpers.temporal import temporal_cli
@@ -269,3 +285,45 @@ async def test_a_malformed_raw_signal_is_dropped_with_a_warning(
         assert 1 <= len(said) <= 2, (named, warnings)
     dropped_by_sdk = [r for r in caplog.records if "dropping the signal" in r.getMessage()]
     assert not dropped_by_sdk
+
+
+SURFACE = Path(__file__).resolve().parents[2] / "docs" / "temporal-surface.md"
+TABLES: dict[str, list[type[KeelModel]]] = {
+    "### `SessionInput` (start)": [SessionInput],
+    "### `SessionConfig` (`config`)": [SessionConfig],
+    "### Updates and signals": [
+        PromptInput,
+        Decision,
+        Answer,
+        SteerInput,
+        CancelInput,
+        RevokeInput,
+        ClientResult,
+        CloseInput,
+        ChildInterrupts,
+    ],
+}
+
+
+def documented_fields(heading: str) -> dict[str, set[str]]:
+    """The fields a table of docs/temporal-surface.md gives, by the input they belong to."""
+    text = SURFACE.read_text().split(heading, 1)[1]
+    rows = [line for line in text.split("\n\n", 2)[1].splitlines() if line.startswith("| ")]
+    found: dict[str, set[str]] = {}
+    owner = ""
+    for line in rows[1:]:
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        if len(cells) == 4:  # input | field | type | default; blank input: the one above
+            owner = cells[0].split("`")[1] if cells[0] else owner
+            cells = cells[1:]
+        found.setdefault(owner, set()).update(re.findall(r"`(\w+)`", cells[0]))
+    return found
+
+
+@pytest.mark.parametrize("heading", list(TABLES))
+def test_the_raw_cli_tables_give_every_field(heading: str) -> None:
+    """docs/temporal-surface.md gives the type of every field of every input, and no other."""
+    found = documented_fields(heading)
+    for model in TABLES[heading]:
+        fields = found.get(model.__name__) or found[""]
+        assert fields == set(model.model_fields), (model.__name__, fields)
