@@ -31,8 +31,10 @@ from keel.workflows.limits import InputRejected
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
-# How many wrong fields one error names; pydantic lists every one.
+# How many wrong fields one error names (pydantic lists every one), and how much of each it
+# says: a sender picks the field names (an unknown one is named) and some of the reasons.
 NAMED_ERRORS = 5
+NAMED_CHARS = 300
 
 if TYPE_CHECKING:
     Payload = Annotated[T, "a raw payload the session decodes itself"]
@@ -78,7 +80,8 @@ def decode(value: Any, kind: type[M], what: str, *, missing: M | None = None) ->
         raise InputRejected(f"{what}: {named_errors(err)}") from None
     except (KeyError, RuntimeError, ValueError) as err:
         # an encoding the converter does not know, or a payload its encoding cannot read
-        raise InputRejected(f"{what}: could not be read as {kind.__name__}: {err}") from None
+        why = _clipped(str(err))
+        raise InputRejected(f"{what}: could not be read as {kind.__name__}: {why}") from None
     if not isinstance(decoded, kind):  # binary/plain, binary/null: not a JSON object
         raise InputRejected(f"{what}: expected a {kind.__name__} object, got {_kind_of(decoded)}")
     return decoded
@@ -102,7 +105,7 @@ def decode_signal(value: Any, kind: type[M], signal: str, *, missing: M | None =
             "dropped a malformed signal: %s: could not be read: %s: %s",
             what,
             type(err).__name__,
-            err,
+            _clipped(str(err)),
         )
     return None
 
@@ -114,11 +117,15 @@ def named_errors(err: ValidationError) -> str:
     for error in errors[:NAMED_ERRORS]:
         field = ".".join(str(part) for part in error["loc"]) or "the input"
         got = "" if error["type"] == "missing" else f" (got {_kind_of(error['input'])})"
-        named.append(f"{field}: {error['msg']}{got}")
+        named.append(f"{_clipped(field)}: {_clipped(error['msg'])}{got}")
     more = len(errors) - NAMED_ERRORS
     if more > 0:
         named.append(f"and {more} more")
     return "; ".join(named)
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= NAMED_CHARS else text[: NAMED_CHARS - 1] + "…"
 
 
 def _kind_of(value: object) -> str:

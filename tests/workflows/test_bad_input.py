@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -37,6 +38,7 @@ from keel.workflows.contracts import (
     SteerInput,
 )
 from keel.workflows.ledger import SessionInput
+from keel.workflows.raw_inputs import NAMED_ERRORS, named_errors
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text
 from tests.helpers.temporal import temporal_cli
@@ -327,3 +329,17 @@ def test_the_raw_cli_tables_give_every_field(heading: str) -> None:
     for model in TABLES[heading]:
         fields = found.get(model.__name__) or found[""]
         assert fields == set(model.model_fields), (model.__name__, fields)
+
+
+def test_a_hostile_input_gets_a_short_error() -> None:
+    """The sender picks unknown field names and how many fields are wrong: the error is short.
+
+    It fails the workflow (a start), so it is written to history.
+    """
+    hostile = {"config": {"model": 1}, **{f"{'x' * 100_000}{n}": n for n in range(50)}}
+    with pytest.raises(ValidationError) as caught:
+        SessionInput.model_validate_json(json.dumps(hostile))
+    said = named_errors(caught.value)
+    assert len(said) < 2_000, len(said)
+    assert said.count("…: Extra inputs are not permitted (got number)") == NAMED_ERRORS
+    assert said.endswith(f"; and {51 - NAMED_ERRORS} more")
