@@ -5,7 +5,7 @@ code runs. A start input that does not validate then fails the workflow task, wh
 retries forever (a traceback in the worker's log each time); an update's is rejected as
 ``RuntimeError: Failed decoding arguments``; a signal's is dropped with a traceback on every
 replay. So the session's run method and its handlers take the raw payload
-(``Payload[T]``: ``temporalio.common.RawValue`` to the SDK, ``T`` to type checkers, so
+(``RawInput[T]``: ``temporalio.common.RawValue`` to the SDK, ``T`` to type checkers, so
 clients still send ``SessionInput``, ``Decision``, ...) and decode it with ``decode``: an
 input that does not validate is refused with ``InputRejected`` naming each field that is
 wrong (the start fails the session, an update is rejected, a signal is dropped with a
@@ -37,11 +37,11 @@ NAMED_ERRORS = 5
 NAMED_CHARS = 300
 
 if TYPE_CHECKING:
-    Payload = Annotated[T, "a raw payload the session decodes itself"]
+    RawInput = Annotated[T, "a raw payload the session decodes itself"]
 else:
 
-    class Payload:
-        """``Payload[T]`` is ``T`` to type checkers and ``RawValue`` to Temporal's SDK.
+    class RawInput:
+        """``RawInput[T]`` is ``T`` to type checkers and ``RawValue`` to Temporal's SDK.
 
         The SDK reads a handler's parameter annotations to decode its arguments; given
         ``RawValue`` it hands the payload over undecoded.

@@ -79,7 +79,7 @@ with workflow.unsafe.imports_passed_through():
         tool_uses,
     )
     from keel.workflows.notifications import Notifier
-    from keel.workflows.raw_inputs import Payload, decode, decode_signal
+    from keel.workflows.raw_inputs import RawInput, decode, decode_signal
     from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -109,7 +109,7 @@ class AgentSession:
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
-    def __init__(self, input: Payload[SessionInput | None] = None) -> None:
+    def __init__(self, input: RawInput[SessionInput | None] = None) -> None:
         """Take the previous run's ledger, or start one from the start input; build the parts.
 
         The start input comes undecoded (``keel.workflows.raw_inputs``): one that is missing
@@ -139,7 +139,7 @@ class AgentSession:
             self._show_details,
         )
 
-    def _start_input(self, raw: Payload[SessionInput | None]) -> SessionInput:
+    def _start_input(self, raw: RawInput[SessionInput | None]) -> SessionInput:
         """The start input, decoded; sets ``_init_error`` when it is missing or malformed.
 
         A malformed start fails the session (``run``), not its first workflow task; queries
@@ -196,62 +196,62 @@ class AgentSession:
 
     # ----------------------------------------------------------------------------- messages
     # Temporal finds the handlers on the workflow class; each hands its message to a part.
-    # Each takes its input undecoded (``Payload``) and decodes it itself: an update whose
+    # Each takes its input undecoded (``RawInput``) and decodes it itself: an update whose
     # input does not validate is rejected naming the wrong fields, such a signal is dropped
     # with a warning (``keel.workflows.raw_inputs``).
 
     @workflow.update
-    def prompt(self, input: Payload[PromptInput | None] = None) -> PromptAck:
+    def prompt(self, input: RawInput[PromptInput | None] = None) -> PromptAck:
         """Queue a prompt as a new turn; answers with its turn id."""
         return self._requests.prompt(decode(input, PromptInput, "update prompt"))
 
     @prompt.validator
-    def _validate_prompt(self, input: Payload[PromptInput | None] = None) -> None:
+    def _validate_prompt(self, input: RawInput[PromptInput | None] = None) -> None:
         self._requests.check_prompt(decode(input, PromptInput, "update prompt"))
 
     @workflow.update
-    async def decide(self, input: Payload[Decision | None] = None) -> InterruptAck:
+    async def decide(self, input: RawInput[Decision | None] = None) -> InterruptAck:
         """Approve or deny a pending interrupt; the tool input stays the model's."""
         return await self._decisions.take(decode(input, Decision, "update decide"))
 
     @decide.validator
-    def _validate_decide(self, input: Payload[Decision | None] = None) -> None:
+    def _validate_decide(self, input: RawInput[Decision | None] = None) -> None:
         self._decisions.check(decode(input, Decision, "update decide"), Decision)
 
     @workflow.signal(name="decide")
-    def decide_signal(self, input: Payload[Decision | None] = None) -> None:
+    def decide_signal(self, input: RawInput[Decision | None] = None) -> None:
         """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
         decision = decode_signal(input, Decision, "decide")
         if decision is not None:
             self._decisions.take_signal(decision, Decision)
 
     @workflow.update
-    async def respond(self, input: Payload[Answer | None] = None) -> InterruptAck:
+    async def respond(self, input: RawInput[Answer | None] = None) -> InterruptAck:
         """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it."""
         return await self._decisions.take(decode(input, Answer, "update respond"))
 
     @respond.validator
-    def _validate_respond(self, input: Payload[Answer | None] = None) -> None:
+    def _validate_respond(self, input: RawInput[Answer | None] = None) -> None:
         self._decisions.check(decode(input, Answer, "update respond"), Answer)
 
     @workflow.signal(name="respond")
-    def respond_signal(self, input: Payload[Answer | None] = None) -> None:
+    def respond_signal(self, input: RawInput[Answer | None] = None) -> None:
         """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
         answer = decode_signal(input, Answer, "respond")
         if answer is not None:
             self._decisions.take_signal(answer, Answer)
 
     @workflow.update
-    def steer(self, input: Payload[SteerInput | None] = None) -> SteerAck:
+    def steer(self, input: RawInput[SteerInput | None] = None) -> SteerAck:
         """Add guidance that the model sees at the next safe point of the running turn."""
         return self._requests.steer(decode(input, SteerInput, "update steer"))
 
     @steer.validator
-    def _validate_steer(self, input: Payload[SteerInput | None] = None) -> None:
+    def _validate_steer(self, input: RawInput[SteerInput | None] = None) -> None:
         self._requests.check_steer(decode(input, SteerInput, "update steer"))
 
     @workflow.update
-    def cancel(self, input: Payload[CancelInput | None] = None) -> CancelAck:
+    def cancel(self, input: RawInput[CancelInput | None] = None) -> CancelAck:
         """Stop the running turn at the next step and cancel its model call and tools."""
         ack, first = self._requests.cancel(
             decode(input, CancelInput, "update cancel", missing=CancelInput())
@@ -264,41 +264,41 @@ class AgentSession:
         return ack
 
     @cancel.validator
-    def _validate_cancel(self, input: Payload[CancelInput | None] = None) -> None:
+    def _validate_cancel(self, input: RawInput[CancelInput | None] = None) -> None:
         self._requests.check_cancel(
             decode(input, CancelInput, "update cancel", missing=CancelInput())
         )
 
     @workflow.update
-    def revoke(self, input: Payload[RevokeInput | None] = None) -> RevokeAck:
+    def revoke(self, input: RawInput[RevokeInput | None] = None) -> RevokeAck:
         """End a tool's standing approval: its next call asks a person again."""
         return self._decisions.revoke(decode(input, RevokeInput, "update revoke"))
 
     @revoke.validator
-    def _validate_revoke(self, input: Payload[RevokeInput | None] = None) -> None:
+    def _validate_revoke(self, input: RawInput[RevokeInput | None] = None) -> None:
         self._decisions.check_revoke(decode(input, RevokeInput, "update revoke"))
 
     @workflow.signal
-    def close(self, input: Payload[CloseInput | None] = None) -> None:
+    def close(self, input: RawInput[CloseInput | None] = None) -> None:
         """Close the session once the running and queued turns have finished."""
         closing = decode_signal(input, CloseInput, "close", missing=CloseInput())
         if closing is not None:
             self._requests.close(closing)
 
     @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
-    def child_interrupts(self, input: Payload[ChildInterrupts | None] = None) -> None:
+    def child_interrupts(self, input: RawInput[ChildInterrupts | None] = None) -> None:
         """A sub-agent's session says its interrupts changed: a hint, never believed."""
         hint = decode_signal(input, ChildInterrupts, CHILD_INTERRUPTS_SIGNAL)
         if hint is not None:
             self._sub_agents.hint(hint)
 
     @workflow.update
-    def tool_result(self, input: Payload[ClientResult | None] = None) -> ClientResultAck:
+    def tool_result(self, input: RawInput[ClientResult | None] = None) -> ClientResultAck:
         """A client's result for a published call of a client-side tool; a worker checks it."""
         return self._gate.client_tools.take(decode(input, ClientResult, "update tool_result"))
 
     @tool_result.validator
-    def _validate_tool_result(self, input: Payload[ClientResult | None] = None) -> None:
+    def _validate_tool_result(self, input: RawInput[ClientResult | None] = None) -> None:
         self._gate.client_tools.check(decode(input, ClientResult, "update tool_result"))
 
     @workflow.query
@@ -334,7 +334,7 @@ class AgentSession:
     # ----------------------------------------------------------------------------- turns
 
     @workflow.run
-    async def run(self, input: Payload[SessionInput | None] = None) -> SessionResult:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> SessionResult:
         """Run queued turns one after another until the session is closed."""
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)
