@@ -21,7 +21,14 @@ from pydantic import (
     model_serializer,
 )
 
-from keel.workflows.messages import ContentBlock, ConverseModel, Message, TokenUsage, ToolUse
+from keel.workflows.messages import (
+    ContentBlock,
+    ConverseModel,
+    Message,
+    TokenUsage,
+    ToolUse,
+    prompt_blocks,
+)
 
 TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "awaiting_human"]
 # the last four only as a reader tells them: how Temporal ended the run (keel.workflows.run_ends)
@@ -278,10 +285,17 @@ SessionConfig.model_rebuild()
 
 
 class PromptInput(KeelModel):
-    """Input of the ``prompt`` update."""
+    """Input of the ``prompt`` update.
+
+    Attributes:
+        content: content blocks, or a string (one text block), as a raw client may give it.
+        role: only ``user`` is accepted.
+    """
 
     content: list[ContentBlock]
     role: str = "user"
+
+    _text_content = field_validator("content", mode="before")(prompt_blocks)
 
 
 class PromptAck(KeelModel):

@@ -43,7 +43,14 @@ from keel.workflows.contracts import (
 )
 from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.limits import UPDATE_MEMORY_BYTES
-from keel.workflows.messages import ContentBlock, Message, TokenUsage, ToolResult, tool_uses
+from keel.workflows.messages import (
+    ContentBlock,
+    Message,
+    TokenUsage,
+    ToolResult,
+    prompt_blocks,
+    tool_uses,
+)
 from keel.workflows.run_ends import UNFINISHED_TURN
 
 # How much of the past a run hands to the next beyond what it must.
@@ -550,6 +557,10 @@ def _entry_bytes(key: str, value: Any) -> int:
     return len(key.encode()) + len(str(value).encode())
 
 
+NO_CONFIG = SessionConfig(model="none: the start input was malformed")
+"""The configuration of a session whose start input was malformed (it failed at once)."""
+
+
 class SessionInput(KeelModel):
     """Start input of ``AgentSession``.
 
@@ -575,8 +586,4 @@ class SessionInput(KeelModel):
     ancestors: list[str] = Field(default_factory=list)
     standing: list[StandingApproval] = Field(default_factory=list)
 
-    @field_validator("prompt", mode="before")
-    @classmethod
-    def _text_prompt(cls, value: Any) -> Any:
-        """A string prompt is one text block."""
-        return [{"text": value}] if isinstance(value, str) else value
+    _text_prompt = field_validator("prompt", mode="before")(prompt_blocks)

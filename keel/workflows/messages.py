@@ -169,6 +169,19 @@ def text_block(text: str) -> ContentBlock:
     return ContentBlock(text=text)
 
 
+def prompt_blocks(value: Any) -> Any:
+    """A prompt as given (a ``mode="before"`` validator): a string is one text block.
+
+    Raises:
+        ValueError: it is neither a string nor a list (of content blocks, checked next).
+    """
+    if isinstance(value, str):
+        return [{"text": value}]
+    if value is not None and not isinstance(value, list | tuple):
+        raise ValueError("a prompt is a string or a list of content blocks")
+    return value
+
+
 def error_result(tool_use_id: str, text: str) -> ToolResult:
     """An error toolResult with one text block: a tool use that failed or did not run."""
     return ToolResult(toolUseId=tool_use_id, status="error", content=[ToolResultContent(text=text)])

@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.decisions import Decisions
     from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
-    from keel.workflows.ledger import Ledger, PendingCycle, SessionInput
+    from keel.workflows.ledger import NO_CONFIG, Ledger, PendingCycle, SessionInput
     from keel.workflows.limits import LIMITS_PATCH
     from keel.workflows.messages import (
         ContentBlock,
@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         tool_uses,
     )
     from keel.workflows.notifications import Notifier
+    from keel.workflows.raw_inputs import RawInput, decode, decode_signal
     from keel.workflows.run_ends import CANCELLED_IN_TEMPORAL, SESSION_CANCELLED
     from keel.workflows.structured import (
         OUTPUT_TOOL,
@@ -109,10 +110,15 @@ class AgentSession:
     """A durable agent conversation; the workflow id is the session id."""
 
     @workflow.init
-    def __init__(self, input: SessionInput) -> None:
-        """Take the previous run's ledger, or start one from the start input; build the parts."""
-        self._config = input.config
+    def __init__(self, input: RawInput[SessionInput | None] = None) -> None:
+        """Take the previous run's ledger, or start one from the start input; build the parts.
+
+        The start input comes undecoded (``keel.workflows.raw_inputs``): one that is missing
+        or does not validate fails the session at once, naming the wrong fields.
+        """
         self._init_error: str | None = None
+        input = self._start_input(input)
+        self._config = input.config
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_tasks: list[asyncio.Task[None]] = []  # the running cycle's tool uses
@@ -134,6 +140,22 @@ class AgentSession:
             self._decisions,
             self._show_details,
         )
+
+    def _start_input(self, raw: RawInput[SessionInput | None]) -> SessionInput:
+        """The start input, decoded; sets ``_init_error`` when it is missing or malformed.
+
+        A malformed start fails the session (``run``), not its first workflow task; queries
+        still answer, on an empty ledger and ``NO_CONFIG``.
+        """
+        try:
+            return decode(raw, SessionInput, "AgentSession start input")
+        except InputRejected as err:
+            if workflow.info().continued_run_id is not None:
+                # the previous run wrote it: a worker that cannot read it has a bug, and the
+                # task is retried until a fixed worker can
+                raise
+            self._init_error = str(err)
+            return SessionInput(config=NO_CONFIG)
 
     def _starting_ledger(self, input: SessionInput) -> Ledger:
         """The previous run's ledger, or a new one; sets ``_init_error`` on bad input."""
@@ -176,57 +198,66 @@ class AgentSession:
 
     # ----------------------------------------------------------------------------- messages
     # Temporal finds the handlers on the workflow class; each hands its message to a part.
+    # Each takes its input undecoded (``RawInput``) and decodes it itself: an update whose
+    # input does not validate is rejected naming the wrong fields, such a signal is dropped
+    # with a warning (``keel.workflows.raw_inputs``).
 
     @workflow.update
-    def prompt(self, input: PromptInput) -> PromptAck:
+    def prompt(self, input: RawInput[PromptInput | None] = None) -> PromptAck:
         """Queue a prompt as a new turn; answers with its turn id."""
-        return self._requests.prompt(input)
+        return self._requests.prompt(decode(input, PromptInput, "update prompt"))
 
     @prompt.validator
-    def _validate_prompt(self, input: PromptInput) -> None:
-        self._requests.check_prompt(input)
+    def _validate_prompt(self, input: RawInput[PromptInput | None] = None) -> None:
+        self._requests.check_prompt(decode(input, PromptInput, "update prompt"))
 
     @workflow.update
-    async def decide(self, input: Decision) -> InterruptAck:
+    async def decide(self, input: RawInput[Decision | None] = None) -> InterruptAck:
         """Approve or deny a pending interrupt; the tool input stays the model's."""
-        return await self._decisions.take(input)
+        return await self._decisions.take(decode(input, Decision, "update decide"))
 
     @decide.validator
-    def _validate_decide(self, input: Decision) -> None:
-        self._decisions.check(input, Decision)
+    def _validate_decide(self, input: RawInput[Decision | None] = None) -> None:
+        self._decisions.check(decode(input, Decision, "update decide"), Decision)
 
     @workflow.signal(name="decide")
-    def decide_signal(self, input: Decision) -> None:
+    def decide_signal(self, input: RawInput[Decision | None] = None) -> None:
         """Fire-and-forget ``decide``: the same checks; an invalid one is logged and ignored."""
-        self._decisions.take_signal(input, Decision)
+        decision = decode_signal(input, Decision, "decide")
+        if decision is not None:
+            self._decisions.take_signal(decision, Decision)
 
     @workflow.update
-    async def respond(self, input: Answer) -> InterruptAck:
+    async def respond(self, input: RawInput[Answer | None] = None) -> InterruptAck:
         """Answer a tool's question; the tool runs again and ``ctx.interrupt`` returns it."""
-        return await self._decisions.take(input)
+        return await self._decisions.take(decode(input, Answer, "update respond"))
 
     @respond.validator
-    def _validate_respond(self, input: Answer) -> None:
-        self._decisions.check(input, Answer)
+    def _validate_respond(self, input: RawInput[Answer | None] = None) -> None:
+        self._decisions.check(decode(input, Answer, "update respond"), Answer)
 
     @workflow.signal(name="respond")
-    def respond_signal(self, input: Answer) -> None:
+    def respond_signal(self, input: RawInput[Answer | None] = None) -> None:
         """Fire-and-forget ``respond``: the same checks; an invalid one is logged and ignored."""
-        self._decisions.take_signal(input, Answer)
+        answer = decode_signal(input, Answer, "respond")
+        if answer is not None:
+            self._decisions.take_signal(answer, Answer)
 
     @workflow.update
-    def steer(self, input: SteerInput) -> SteerAck:
+    def steer(self, input: RawInput[SteerInput | None] = None) -> SteerAck:
         """Add guidance that the model sees at the next safe point of the running turn."""
-        return self._requests.steer(input)
+        return self._requests.steer(decode(input, SteerInput, "update steer"))
 
     @steer.validator
-    def _validate_steer(self, input: SteerInput) -> None:
-        self._requests.check_steer(input)
+    def _validate_steer(self, input: RawInput[SteerInput | None] = None) -> None:
+        self._requests.check_steer(decode(input, SteerInput, "update steer"))
 
     @workflow.update
-    def cancel(self, input: CancelInput) -> CancelAck:
+    def cancel(self, input: RawInput[CancelInput | None] = None) -> CancelAck:
         """Stop the running turn at the next step and cancel its model call and tools."""
-        ack, first = self._requests.cancel(input)
+        ack, first = self._requests.cancel(
+            decode(input, CancelInput, "update cancel", missing=CancelInput())
+        )
         if first:
             self._stop_calls()
         return ack
@@ -239,41 +270,46 @@ class AgentSession:
             handle.cancel()
 
     @cancel.validator
-    def _validate_cancel(self, input: CancelInput) -> None:
-        self._requests.check_cancel(input)
+    def _validate_cancel(self, input: RawInput[CancelInput | None] = None) -> None:
+        self._requests.check_cancel(
+            decode(input, CancelInput, "update cancel", missing=CancelInput())
+        )
 
     @workflow.update
-    def revoke(self, input: RevokeInput) -> RevokeAck:
+    def revoke(self, input: RawInput[RevokeInput | None] = None) -> RevokeAck:
         """End a tool's standing approval: its next call asks a person again."""
-        return self._decisions.revoke(input)
+        return self._decisions.revoke(decode(input, RevokeInput, "update revoke"))
 
     @revoke.validator
-    def _validate_revoke(self, input: RevokeInput) -> None:
-        self._decisions.check_revoke(input)
+    def _validate_revoke(self, input: RawInput[RevokeInput | None] = None) -> None:
+        self._decisions.check_revoke(decode(input, RevokeInput, "update revoke"))
 
     @workflow.signal
-    def close(self, input: CloseInput) -> None:
+    def close(self, input: RawInput[CloseInput | None] = None) -> None:
         """Close the session once the running and queued turns have finished.
 
         With ``now`` (``keel close``): the running turn is cancelled and the queued ones
         dropped, their interrupts cancelled, first.
         """
-        if self._requests.close(input):
+        closing = decode_signal(input, CloseInput, "close", missing=CloseInput())
+        if closing is not None and self._requests.close(closing):
             self._stop_calls()
 
     @workflow.signal(name=CHILD_INTERRUPTS_SIGNAL)
-    def child_interrupts(self, input: ChildInterrupts) -> None:
+    def child_interrupts(self, input: RawInput[ChildInterrupts | None] = None) -> None:
         """A sub-agent's session says its interrupts changed: a hint, never believed."""
-        self._sub_agents.hint(input)
+        hint = decode_signal(input, ChildInterrupts, CHILD_INTERRUPTS_SIGNAL)
+        if hint is not None:
+            self._sub_agents.hint(hint)
 
     @workflow.update
-    def tool_result(self, input: ClientResult) -> ClientResultAck:
+    def tool_result(self, input: RawInput[ClientResult | None] = None) -> ClientResultAck:
         """A client's result for a published call of a client-side tool; a worker checks it."""
-        return self._gate.client_tools.take(input)
+        return self._gate.client_tools.take(decode(input, ClientResult, "update tool_result"))
 
     @tool_result.validator
-    def _validate_tool_result(self, input: ClientResult) -> None:
-        self._gate.client_tools.check(input)
+    def _validate_tool_result(self, input: RawInput[ClientResult | None] = None) -> None:
+        self._gate.client_tools.check(decode(input, ClientResult, "update tool_result"))
 
     @workflow.query
     def client_calls(self) -> ClientCallsView:
@@ -308,7 +344,7 @@ class AgentSession:
     # ----------------------------------------------------------------------------- turns
 
     @workflow.run
-    async def run(self, input: SessionInput) -> SessionResult:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> SessionResult:
         """Run queued turns one after another until the session is closed."""
         if self._init_error is not None:
             raise ApplicationError(self._init_error, type=INPUT_REJECTED, non_retryable=True)

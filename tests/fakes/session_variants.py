@@ -17,6 +17,7 @@ from keel import AgentSession, TurnRecord
 from keel.workflows.activity_contracts import ModelResponse
 from keel.workflows.contracts import SessionResult
 from keel.workflows.ledger import SessionInput
+from keel.workflows.raw_inputs import RawInput
 
 PAUSE_PATCH = "keel-test-pause-before-model"
 PAUSE_S = 0.01
@@ -27,7 +28,7 @@ class UnsafeSession(AgentSession):
     """Release B, not replay-safe: a timer before each model call, with no patch."""
 
     @workflow.run
-    async def run(self, input: SessionInput) -> SessionResult:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> SessionResult:
         return await super().run(input)
 
     async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:
@@ -45,7 +46,7 @@ class SafeSession(AgentSession):
     """
 
     @workflow.run
-    async def run(self, input: SessionInput) -> SessionResult:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> SessionResult:
         return await super().run(input)
 
     async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:

@@ -165,8 +165,7 @@ async def test_bad_decisions_are_rejected_and_nothing_runs(
         for bad, field in malformed:
             with pytest.raises(WorkflowUpdateFailedError) as caught:
                 await handle.execute_update("decide", bad)
-            assert "Failed decoding arguments" in str(caught.value.cause)
-            assert field in str(caught.value.cause.__cause__ or caught.value.cause)
+            assert f"update decide: {field}" in str(caught.value.cause)
         assert not target.exists()
         assert (await keel.turn(session, waiting.turn_id)).status == "awaiting_human"
         await keel.decide(session, real_id, "deny", reason="no", approver="alice")

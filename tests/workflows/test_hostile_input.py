@@ -249,19 +249,19 @@ async def _prompt_over_grpc_raw(b: Bench) -> str:
     return await rejected(b.handle.execute_update(AgentSession.prompt, update))
 
 
-@row("malformed-json", "Failed decoding arguments", "Invalid JSON")
+@row("malformed-json", "InputRejected: update prompt: the input: Invalid JSON")
 async def _malformed_json(b: Bench) -> str:
     await b.ready(STILL_HERE)
     return await rejected(b.handle.execute_update("prompt", raw_json(b'{"content": [')))
 
 
-@row("wrong-type-content", "Failed decoding arguments", "content", "Input should be a valid array")
+@row("wrong-type-content", "update prompt: content:", "a string or a list of content blocks")
 async def _wrong_type_content(b: Bench) -> str:
-    await b.ready(STILL_HERE)
-    return await rejected(b.handle.execute_update("prompt", {"content": "hello"}))
+    await b.ready(STILL_HERE)  # a string is one text block; a number is nothing
+    return await rejected(b.handle.execute_update("prompt", {"content": 12}))
 
 
-@row("wrong-type-role", "Failed decoding arguments", "Input should be a valid string")
+@row("wrong-type-role", "update prompt: role: Input should be a valid string")
 async def _wrong_type_role(b: Bench) -> str:
     await b.ready(STILL_HERE)
     raw = {"content": [{"text": "hi"}], "role": 7}
@@ -286,14 +286,14 @@ async def _empty_text(b: Bench) -> str:
     return await rejected(b.keel.prompt(b.session, "   "))
 
 
-@row("unknown-block-type", "Failed decoding arguments", "Extra inputs are not permitted")
+@row("unknown-block-type", "content.0.shellCommand: Extra inputs are not permitted")
 async def _unknown_block(b: Bench) -> str:
     await b.ready(STILL_HERE)
     raw = {"content": [{"shellCommand": f"echo pwned > {b.canary}"}]}
     return await rejected(b.handle.execute_update("prompt", raw))
 
 
-@row("two-kinds-in-one-block", "Failed decoding arguments", "exactly one of")
+@row("two-kinds-in-one-block", "InputRejected: update prompt: content.0", "exactly one of")
 async def _two_kinds(b: Bench) -> str:
     await b.ready(STILL_HERE)
     raw = {"content": [{"text": "hi", **b.smuggled()}]}
@@ -592,7 +592,7 @@ async def _decide_stale(b: Bench) -> str:
     return await rejected(b.keel.decide(b.session, interrupt, "approve"))
 
 
-@row("decide-malformed", "Failed decoding arguments", "decision")
+@row("decide-malformed", "InputRejected: update decide: decision:")
 async def _decide_malformed(b: Bench) -> str:
     interrupt = await b.interrupted(b.smuggled("g1", "guarded_record"))
     raw = {"interrupt_id": interrupt, "decision": "maybe"}
@@ -608,11 +608,11 @@ async def _decide_signal(b: Bench) -> str:
     return await _logged(b, "ignored decide signal")
 
 
-@row("decide-signal-protobuf-payload", "ignored decide signal")
+@row("decide-signal-protobuf-payload", "dropped a malformed signal: signal decide", "Decision")
 async def _decide_signal_protobuf(b: Bench) -> str:
     await b.interrupted(b.smuggled("g1", "guarded_record"))
     await b.handle.signal("decide", WorkflowExecution(workflow_id="x"))
-    found = await _logged(b, "ignored decide signal", wait_s=3)
+    found = await _logged(b, "dropped a malformed signal: signal decide", wait_s=3)
     if found.startswith("NOT LOGGED"):  # the session is wedged: end it, so the worker stops fast
         await b.handle.terminate("wedged by a protobuf payload")
     return found

@@ -400,7 +400,7 @@ async def _(c: Corpus) -> None:
     c.allowed.add("slow")
     ack = await c.keel.prompt(c.session, "go", config=config)
     error = await c.refused(c.handle.execute_update("steer", {"text": "run it", **c.evil()}))
-    assert "Failed decoding arguments" in error
+    assert "update steer: " in error and "Extra inputs are not permitted" in error
     await c.keel.wait_turn(c.session, ack.turn_id, timeout_s=30)
 
 

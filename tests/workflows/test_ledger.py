@@ -47,6 +47,7 @@ from keel.workflows.contracts import (
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from keel.workflows.messages import error_result
+from keel.workflows.raw_inputs import RawInput
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 
@@ -175,9 +176,7 @@ def every_field_set() -> Ledger:
             )
         },
         outbox=[
-            Notification(
-                key="s/turn/2#0", url="https://hooks.example/k", event={"id": "s/turn/2"}
-            )
+            Notification(key="s/turn/2#0", url="https://hooks.example/k", event={"id": "s/turn/2"})
         ],
     )
 
@@ -217,7 +216,7 @@ class ProbedSession(AgentSession):
     """AgentSession with a query for its ledger and attributes, and a continue-as-new lever."""
 
     @workflow.run
-    async def run(self, input: SessionInput) -> Any:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> Any:
         return await super().run(input)
 
     def _history_full(self) -> bool:

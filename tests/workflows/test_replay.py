@@ -18,6 +18,7 @@ from keel.worker.process.sandbox import sandbox_runner
 from keel.workflows.activity_contracts import ModelResponse
 from keel.workflows.contracts import SessionResult
 from keel.workflows.ledger import SessionInput
+from keel.workflows.raw_inputs import RawInput
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import HISTORIES, load_history
@@ -32,7 +33,7 @@ class ReorderedSession(AgentSession):
     """An incompatible change: a timer before every model call."""
 
     @workflow.run
-    async def run(self, input: SessionInput) -> SessionResult:
+    async def run(self, input: RawInput[SessionInput | None] = None) -> SessionResult:
         return await super().run(input)
 
     async def _call_model(self, record: TurnRecord, cycle: int) -> ModelResponse:

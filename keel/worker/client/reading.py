@@ -44,7 +44,7 @@ from keel.workflows.contracts import (
     TurnRecord,
 )
 from keel.workflows.effect_contracts import EffectRecord
-from keel.workflows.ledger import SessionInput
+from keel.workflows.ledger import NO_CONFIG, SessionInput
 from keel.workflows.messages import Message
 from keel.workflows.session import AgentSession
 
@@ -115,9 +115,12 @@ class SessionReader(SessionCaller):
         async for event in _history_of(session_id, events):
             if event.HasField("workflow_execution_started_event_attributes"):
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
-                [start] = await self.client.data_converter.decode(payloads, [SessionInput])
-                assert isinstance(start, SessionInput)
-                return start.config
+                try:
+                    [start] = await self.client.data_converter.decode(payloads, [SessionInput])
+                except ValueError:  # none, several, or one that does not validate
+                    start = None
+                # a raw start with a malformed input: the session failed at once, on this
+                return start.config if isinstance(start, SessionInput) else NO_CONFIG
         raise SessionNotFound(f"session {session_id!r} has no start event")
 
     async def ended(self, session_id: str) -> SessionEnd | None:

@@ -198,8 +198,8 @@ def first_mismatch(message: str) -> str:
 def replay_error(message: str) -> str:
     """What made a replay fail other than non-determinism, on one line.
 
-    Core's messages, outermost first, without their stack traces: ``Failed decoding
-    arguments: a Temporal payload is encrypted with key ..., and this process has no key``.
+    Core's messages, outermost first, without their stack traces: ``a Temporal payload is
+    encrypted with key ..., and this process has no key``.
     """
     found = [m.replace('\\"', '"') for m in _CORE_MESSAGE.findall(message)]
     text = ": ".join(dict.fromkeys(m.strip() for m in found if m.strip())) or message
