@@ -54,13 +54,15 @@ from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 # What AgentSession may hold beside its ledger: its configuration, a start error, and what is
 # in flight within one run (activity handles, signals held for one workflow task, running
 # sub-agent children, the children to ask and the decisions being handed to them, and
-# decisions not yet forwarded: no run continues-as-new while a child runs), and the tasks
+# decisions not yet forwarded: no run continues-as-new while a child runs; the tool uses of the
+# running cycle, stopped when Temporal cancels the session), and the tasks
 # delivering notifications (their notifications are in the ledger).
 RUN_LOCAL = {
     "_config",
     "_ledger",
     "_init_error",
     "_model_call",
+    "_tool_tasks",
     "_continuing",
     # the parts (each holds the configuration, the ledger, and other parts it works with)
     "_answers",
