@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
+    EXIT_ENDED,
     EXIT_OK,
     EXIT_TIMEOUT,
     ask_decision,
@@ -192,6 +193,10 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
         keel = access.keel
         state = await keel.state(args.session, events_since=sys.maxsize, include_messages=False)
         if not state.turns:
+            end = await keel.ended(args.session)
+            if end is not None:  # a start Temporal failed (bad input), say: nothing will run
+                print(f"keel: {end.text}", file=sys.stderr)
+                return EXIT_ENDED
             raise UsageError(f"session {args.session!r} has no turn to wait for")
         turn_id = max(t.turn_id for t in state.turns)
         try:

@@ -239,3 +239,33 @@ def test_a_run_timeout_reads_timed_out(
     assert keel("pending", session, env=env).stdout.strip().endswith(said)
     wait = keel("wait", session, env=env)
     assert wait.returncode == EXIT_ENDED and said in wait.stderr
+
+
+def test_a_failed_start_reads_failed_with_the_field(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str]
+) -> None:
+    """A raw start whose input does not validate fails; every reading command says why."""
+    env = server_env
+    session = f"truth-{uuid.uuid4().hex[:8]}"
+    temporal(
+        env, "workflow", "start", "--type", "AgentSession", "--task-queue",
+        env["KEEL_TASK_QUEUE"], "--workflow-id", session,
+        "--input", json.dumps({"config": {"model": 12}, "prompt": "go"}),
+    )  # fmt: skip
+    until_status(env, session, "WORKFLOW_EXECUTION_STATUS_FAILED")
+    shown = keel("show", session, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "failed"
+    pending = keel("pending", session, env=env)
+    assert pending.returncode == 0, pending.stderr
+    said = pending.stdout.strip()
+    assert said.startswith(f"no pending interrupts in session {session}: the session failed: ")
+    assert "config.model" in said or "model" in said, said
+    for command in (["wait", session], ["watch", session, "--until-idle"]):
+        done = keel(*command, env=env)
+        assert done.returncode == EXIT_ENDED, (command, done.stderr)
+        assert "keel: the session failed: AgentSession start input: config.model: " in (
+            done.stderr
+        ), done.stderr
+    steer = keel("steer", session, "more", env=env)
+    assert steer.returncode == 2 and "closed (failed)" in steer.stderr
