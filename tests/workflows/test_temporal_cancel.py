@@ -15,7 +15,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 
-from keel import KeelClient
+from keel import KeelClient, SessionConfig
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -30,18 +30,17 @@ async def ended_with(keel: KeelClient, session: str, status: WorkflowExecutionSt
     raise AssertionError(f"session {session} never became {status.name}")
 
 
+def approval_config(script: Script, target: Path) -> SessionConfig:
+    """A session whose first turn waits for approval of a write to ``target``."""
+    asked = tool_use("g1", "guarded_record", path=str(target), value="v")
+    return script([respond(asked, stop="tool_use"), respond(text("never"))])
+
+
 async def test_a_temporal_cancel_ends_the_waiting_turn_and_its_interrupt(
     keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
-    config = script(
-        [
-            respond(
-                tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"
-            ),
-            respond(text("never")),
-        ]
-    )
+    config = approval_config(script, target)
     session = f"tcancel-{uuid.uuid4().hex[:8]}"
     async with run_worker():
         ack = await keel.prompt(session, "write it", config=config)
@@ -98,14 +97,7 @@ async def test_close_now_cancels_the_running_turn_drops_the_queued_and_completes
     keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.txt"
-    config = script(
-        [
-            respond(
-                tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"
-            ),
-            respond(text("never")),
-        ]
-    )
+    config = approval_config(script, target)
     session = f"tclose-{uuid.uuid4().hex[:8]}"
     async with run_worker():
         ack = await keel.prompt(session, "write it", config=config)

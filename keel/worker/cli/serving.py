@@ -63,7 +63,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     """
     from keel.worker.cli.codec import ui_codec
     from keel.worker.cli.run_inputs import UsageError, mcp_servers, tool_modules
-    from keel.worker.cli.ui import build_app, ui_source
+    from keel.worker.cli.ui import build_app, ui_source, until_signalled
     from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
     from keel.worker.process.configured import connect_configured
     from keel.worker.process.serve import run_until_signalled
@@ -149,27 +149,10 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
                     "`keel worker --tools ...` in this folder, which finds this server",
                     flush=True,
                 )
-                await _until_signalled()
+                await until_signalled()  # nothing to shut down first
             else:
                 await run_until_signalled(worker)
     return EXIT_OK
-
-
-async def _until_signalled() -> None:
-    """Return on SIGINT or SIGTERM (``keel dev --no-worker``: nothing to shut down first)."""
-    import asyncio
-    import signal
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
 
 
 # ``keel worker``'s flags that override an environment variable: (flag, metavar, help).
