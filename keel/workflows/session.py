@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         tool_uses,
     )
     from keel.workflows.notifications import Notifier
+    from keel.workflows.status_attribute import StatusAttribute, model_summary
     from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -115,6 +116,7 @@ class AgentSession:
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._continuing = False
+        self._status = StatusAttribute()  # KeelStatus, when the start carried it
         self._ledger = self._starting_ledger(input)
         # the parts, each with its inputs; what they hold beyond the ledger is run-local
         self._answers = UpdateAnswers(self._ledger)
@@ -485,6 +487,7 @@ class AgentSession:
             schedule_to_close_timeout=model_schedule_to_close(self._config.model_retry_s),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=MODEL_RETRY,
+            summary=model_summary(self._config.model),
         )
         self._show_details()
         try:
@@ -545,8 +548,10 @@ class AgentSession:
         """Tell Temporal's UI what the session does or waits for now.
 
         Current details are no command: nothing is written to history, replay is unchanged.
+        ``KeelStatus`` is upserted (a command) only when it changed, if the session has it.
         """
         ledger = self._ledger
+        self._status.show(ledger)
         names = {}
         if ledger.cycle is not None:
             names = {u.toolUseId: u.name for u in tool_uses(ledger.cycle.message)}

@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         text_block,
     )
     from keel.workflows.notifications import Notifier
+    from keel.workflows.status_attribute import child_attributes, short
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
 # Sub-agents are trusted only as far as their parent can check (see the module's docstring).
@@ -153,6 +154,8 @@ class SubAgents:
                 ),
                 id=child_id,
                 result_type=SessionResult,
+                search_attributes=child_attributes(),
+                static_summary=short(f"sub-agent {use.name}"),
             )
         )
         try:
@@ -166,9 +169,7 @@ class SubAgents:
             self._close_mirrors(child_id)
         return _tool_result(use, agent_result(child_id, result))
 
-    async def _follow(
-        self, child_id: str, child: asyncio.Task[SessionResult]
-    ) -> SessionResult:
+    async def _follow(self, child_id: str, child: asyncio.Task[SessionResult]) -> SessionResult:
         """Wait for the child, asking it when it says its interrupts changed."""
         while True:
             await workflow.wait_condition(
@@ -207,6 +208,7 @@ class SubAgents:
                 result_type=ChildInterrupts,
                 start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
                 retry_policy=SESSION_CALL_RETRY,
+                summary=short(f"ask sub-agent {self.children.get(child_id, child_id)}"),
             )
         except ActivityError as err:
             workflow.logger.warning(
@@ -245,6 +247,10 @@ class SubAgents:
                 result_type=ForwardResponse,
                 start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
                 retry_policy=SESSION_CALL_RETRY,
+                summary=short(
+                    f"forward {interrupt.kind} {interrupt.name} to sub-agent "
+                    f"{self.children.get(child_id, child_id)}"
+                ),
             )
         except ActivityError as err:
             response = ForwardResponse(refused=f"it cannot be reached: {err.cause or err}")

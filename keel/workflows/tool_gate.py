@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.notifications import Notifier
     from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
     from keel.workflows.standing import covers
+    from keel.workflows.status_attribute import tool_summary
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
 
@@ -219,6 +220,7 @@ class ToolGate:
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=TOOL_RETRY,
+            summary=tool_summary(use.name),
         )
         self.tool_calls[use.toolUseId] = handle
         self._show_details()
