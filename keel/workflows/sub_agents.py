@@ -27,6 +27,7 @@ so that their histories replay.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -116,6 +117,9 @@ class SubAgents:
         self._report_due: set[str] = set()
         self.handing_on: set[str] = set()
         self._forward: list[tuple[str, Decision | Answer]] = []
+        # tells Temporal's UI (current details, KeelStatus) when the mirrors change; the
+        # session's, wired by the tool gate
+        self.show_details: Callable[[], None] = lambda: None
 
     def _asks_children(self) -> bool:
         """Whether this run checks its children (True but when replaying an older history)."""
@@ -297,6 +301,7 @@ class SubAgents:
             interrupt.answer = message.value
         key = signer_fingerprint(self._config, who)
         self._ledger.close_interrupt(interrupt, status, who, reason, key)
+        self.show_details()
 
     async def _forward_to(self, child_id: str) -> None:
         """Sessions from before CHILD_TRUST_PATCH: signal the child what was decided here."""
@@ -316,6 +321,7 @@ class SubAgents:
             if interrupt is not None and interrupt.status == "pending":
                 self._ledger.close_interrupt(interrupt, "cancelled", reason="sub-agent ended")
             del self._ledger.mirrored[interrupt_id]
+        self.show_details()
 
     def hint(self, input: ChildInterrupts) -> None:
         """A running child says its interrupts changed (signal ``child_interrupts``).
@@ -365,6 +371,7 @@ class SubAgents:
                 )
         if opened:  # a command, so the task that opens them stands alone (see the session)
             workflow.upsert_memo({"keel_interrupts_opened": len(ledger.interrupts)})
+        self.show_details()
 
     def report(self) -> ChildInterrupts:
         """Every interrupt of this session: what its parent asks for (query ``interrupts``)."""
