@@ -9,12 +9,14 @@ for a person; ``idle``: between turns. It is a Keyword search attribute that the
 must have (``keel dev`` registers it; on a cluster an operator creates it,
 docs/deployment.md). Upserting one the namespace lacks fails the workflow task, so a session
 keeps it current only when its start carried it: clients set ``KeelStatus=running`` on the
-sessions they start once they found the namespace has it (``keel.worker.client.status``);
+sessions they start once they found the namespace has it (``keel.worker.client.status_attribute``);
 a session started without it (a raw start, a server without it) has no status and works the
 same. Continue-as-new and the server keep the attribute of the run before.
 
 Each upsert is a command in the history, so the session upserts only when the status
-changes. Also the model, tool and sub-agent labels of Temporal's UI (activity summaries),
+changes, and once at the start of each continued run (see ``StatusAttribute``).
+
+Also the labels of Temporal's UI (activity summaries): the model, the tool, the sub-agent,
 kept short and free of a spec's options.
 
 Pure module: imported by workflow code (and by clients and the dev server, for the key).
@@ -81,16 +83,26 @@ class StatusAttribute:
 
     def __init__(self) -> None:
         """Read the status this run started with (None: the session keeps none)."""
-        self._shown: str | None = workflow.info().typed_search_attributes.get(KEEL_STATUS)
+        info = workflow.info()
+        self._shown: str | None = info.typed_search_attributes.get(KEEL_STATUS)
+        # A continued run's first workflow task may have no command of its own (a session
+        # parked for a person, or idle). Replayed after a cache miss, such a task is merged
+        # with the next one, whose decision or prompt the session then sees before it first
+        # shows its status: the status upsert would come before another command on one
+        # replay and after it on another. One upsert in that first task, changed or not,
+        # keeps the tasks apart (as ``keel_interrupts_opened`` does for a task that opens
+        # an interrupt). A new session's first task always has a command.
+        self._force = self._shown is not None and info.continued_run_id is not None
 
     def show(self, ledger: Ledger) -> None:
-        """Upsert the session's status if it has one and it changed."""
+        """Upsert the session's status if it has one and it changed (or a run just began)."""
         if self._shown is None:
             return
         status = session_status(ledger)
-        if status != self._shown:
+        if status != self._shown or self._force:
             workflow.upsert_search_attributes([KEEL_STATUS.value_set(status)])
             self._shown = status
+            self._force = False
 
 
 def short(text: str) -> str:
