@@ -145,7 +145,7 @@ async def judge(
             result_type=JudgeVerdict,
             start_to_close_timeout=JUDGE_START_TO_CLOSE,
             retry_policy=JUDGE_RETRY,
-            summary=_summary(config, interrupt),
+            summary=judge_summary(config, interrupt),
         )
     except ActivityError as err:
         verdict = JudgeVerdict(action="escalate", reason=f"the judge failed: {failure_text(err)}")
@@ -167,7 +167,7 @@ async def judge(
     _settle(ledger, interrupt, verdict, action, started, why=why)
 
 
-def _summary(config: SessionConfig, interrupt: Interrupt) -> str:
+def judge_summary(config: SessionConfig, interrupt: Interrupt) -> str:
     """The judge activity's summary in Temporal's UI: the tool, and the judge's model or function.
 
     ``judge write_file by bedrock:<model-id>``; the model spec without its options.

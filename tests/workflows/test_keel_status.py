@@ -20,12 +20,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from keel import AgentSession, KeelClient, SubAgent
+from keel import AgentSession, KeelClient, SessionConfig, SubAgent
 from keel.worker.client.schedules import KeelSchedules
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.process.sandbox import sandbox_runner
+from keel.workflows.contracts import Interrupt
+from keel.workflows.judging import judge_summary
 from keel.workflows.ledger import SessionInput
-from keel.workflows.messages import text_block
+from keel.workflows.messages import ToolUse, text_block
 from keel.workflows.status_attribute import KEEL_STATUS, model_label, short
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
@@ -318,3 +320,13 @@ async def test_summaries_are_not_replayed_but_the_status_upserts_are() -> None:
     started.pop("searchAttributes")
     with pytest.raises(NondeterminismError):
         await _replay(WorkflowHistory.from_json(history.workflow_id, recorded))
+
+
+def test_a_judge_summary_names_the_tool_and_the_judge() -> None:
+    use = ToolUse(toolUseId="t1", name="write_file", input={})
+    interrupt = Interrupt(id="i1", tool_use=use, name="write_file", reason="r", turn=1)
+    model = SessionConfig(model="scripted:x.json", judge_model="bedrock:m-1?region=eu-west-1")
+    assert judge_summary(model, interrupt) == "judge write_file by bedrock:m-1"
+    function = SessionConfig(model="scripted:x.json", judge="tests.judges:careful")
+    assert judge_summary(function, interrupt) == "judge write_file by tests.judges:careful"
+    assert judge_summary(SessionConfig(model="scripted:x.json"), interrupt) == ("judge write_file")
