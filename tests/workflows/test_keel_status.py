@@ -267,6 +267,38 @@ async def test_a_raw_start_without_the_attribute_keeps_no_status(
     assert upserted(await handle.fetch_history()) == []
 
 
+async def test_a_raw_cli_start_that_carries_the_attribute_keeps_it_current(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    tmp_path: Path,
+    temporal_env: WorkflowEnvironment,
+) -> None:
+    config = script(
+        [
+            respond(
+                tool_use("g1", "guarded_record", path=str(tmp_path / "x"), value="v"),
+                stop="tool_use",
+            ),
+            respond(text("done")),
+        ]
+    )
+    start = {"config": config.model_dump(mode="json"), "prompt": "from the shell"}
+    session = sid()
+    async with run_worker():
+        started = await temporal_cli(
+            temporal_env,
+            "workflow", "start", "--type", "AgentSession", "--task-queue", keel.task_queue,
+            "--workflow-id", session, "--input", json.dumps(start),
+            "--search-attribute", 'KeelStatus="running"',
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        await until_status(keel.client, session, "waiting")
+        [interrupt] = (await keel.pending(session)).interrupts
+        await keel.decide(session, interrupt.id, "deny", reason="not today")
+        await until_status(keel.client, session, "idle")
+
+
 async def test_a_schedule_starts_its_sessions_with_the_status(
     keel: KeelClient, script: Script
 ) -> None:
