@@ -71,6 +71,15 @@ async def status_of(client: Client, session: str) -> str | None:
     return described.typed_search_attributes.get(KEEL_STATUS)
 
 
+async def cli_listed(env: WorkflowEnvironment, query: str) -> set[str]:
+    """The workflow ids the raw ``temporal workflow list --query`` prints."""
+    raw = await temporal_cli(env, "workflow", "list", "--query", query, "-o", "json")
+    assert raw.returncode == 0, raw.stderr
+    text = raw.stdout.strip()
+    rows = json.loads(text) if text.startswith("[") else [json.loads(x) for x in text.splitlines()]
+    return {row["execution"]["workflowId"] for row in rows}
+
+
 def upserted(history: WorkflowHistory) -> list[str]:
     """The KeelStatus values a run upserted, in order."""
     values = []
@@ -126,20 +135,15 @@ async def test_a_parked_session_is_listed_as_waiting_then_idle(
         assert session in await listed(client, 'KeelStatus="waiting"')
         assert session not in await listed(client, 'KeelStatus="running"')
         # the raw CLI, as an operator lists who waits for a person
-        raw = await temporal_cli(
-            temporal_env, "workflow", "list", "--query", 'KeelStatus="waiting"', "-o", "json"
-        )
-        assert raw.returncode == 0, raw.stderr
-        assert session in raw.stdout
+        assert session in await cli_listed(temporal_env, 'KeelStatus="waiting"')
+        assert session not in await cli_listed(temporal_env, 'KeelStatus="idle"')
         await keel.decide(session, waiting.interrupts[0].id, "approve")
         done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
         assert done.status == "completed"
         await until_status(client, session, "idle")
         assert session not in await listed(client, 'KeelStatus="waiting"')
-        raw = await temporal_cli(
-            temporal_env, "workflow", "list", "--query", 'KeelStatus="waiting"', "-o", "json"
-        )
-        assert raw.returncode == 0 and session not in raw.stdout
+        assert session not in await cli_listed(temporal_env, 'KeelStatus="waiting"')
+        assert session in await cli_listed(temporal_env, 'KeelStatus="idle"')
         await keel.close(session)
         await client.get_workflow_handle(session).result()
     await save_history(client, session, "keel_status")
