@@ -38,7 +38,6 @@ KEEL_STATUS_TYPE = "Keyword"
 """Its type, as ``temporal operator search-attribute create --type`` spells it."""
 
 Status = Literal["running", "waiting", "idle"]
-STATUSES: tuple[Status, ...] = ("running", "waiting", "idle")
 STARTING: Status = "running"
 
 # A summary is a label in Temporal's UI, not a record: this long at most.
