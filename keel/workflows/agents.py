@@ -19,6 +19,7 @@ from temporalio import workflow
 from keel.workflows.contracts import KeelModel, SessionConfig, SessionResult, TurnStatus
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import ContentBlock, Message, TokenUsage, text_block
+from keel.workflows.status_attribute import child_attributes
 
 # The child's workflow type: started by name, so this module does not import the session.
 SESSION_WORKFLOW = "AgentSession"
@@ -83,6 +84,7 @@ async def run_agent(
         task_queue=task_queue,
         execution_timeout=execution_timeout,
         result_type=SessionResult,
+        search_attributes=child_attributes(),
     )
     return agent_result(child_id, result)
 

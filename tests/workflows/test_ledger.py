@@ -64,6 +64,10 @@ RUN_LOCAL = {
     "_model_call",
     "_tool_tasks",
     "_continuing",
+    # KeelStatus as last upserted: each run starts from its own start's search attributes
+    "_status",
+    "_status._shown",
+    "_status._force",
     # the parts (each holds the configuration, the ledger, and other parts it works with)
     "_answers",
     "_answers._ledger",
@@ -84,6 +88,7 @@ RUN_LOCAL = {
     "_sub_agents._report_due",
     "_sub_agents.handing_on",
     "_sub_agents._forward",
+    "_sub_agents.show_details",  # the session's, to show a child's interrupts
     "_decisions",
     "_decisions._config",
     "_decisions._ledger",

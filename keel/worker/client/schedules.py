@@ -33,10 +33,11 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.worker.client.errors import RequestRejected, ScheduleNotFound
+from keel.worker.client.status_attribute import start_attributes
 from keel.workflows.boundary import InputRejected, validate_prompt
 from keel.workflows.contracts import SessionConfig
 from keel.workflows.cycle import text_of
@@ -175,7 +176,14 @@ class KeelSchedules:
             single_turn=True,
         )
         action = ScheduleActionStartWorkflow(
-            AgentSession.run, start, id=name, task_queue=self.task_queue
+            AgentSession.run,
+            start,
+            id=name,
+            task_queue=self.task_queue,
+            # KeelStatus when the namespace has it now (each firing's session keeps it)
+            typed_search_attributes=(
+                await start_attributes(self.client) or TypedSearchAttributes.empty
+            ),
         )
         spec = ScheduleSpec(
             cron_expressions=[cron] if cron else [],

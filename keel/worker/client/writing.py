@@ -26,6 +26,7 @@ from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.calls import within_limits
 from keel.worker.client.errors import RequestRejected
 from keel.worker.client.reading import SessionReader
+from keel.worker.client.status_attribute import start_attributes
 from keel.workflows.boundary import InputRejected, validate_prompt
 from keel.workflows.contracts import (
     CancelAck,
@@ -122,6 +123,7 @@ class SessionWriter(SessionReader):
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             versioning_override=versioning_override(config),
+            search_attributes=await start_attributes(self.client),
         )
         try:
             return await self._ask(
@@ -168,6 +170,7 @@ class SessionWriter(SessionReader):
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 versioning_override=versioning_override(config),
+                search_attributes=await start_attributes(self.client),
             )
         except WorkflowAlreadyStartedError as err:
             raise RequestRejected(f"session {session_id!r} exists already") from err

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from keel.activities.mcp import McpServerConfig
+from keel.worker.client.status_attribute import creating_hint, status_support
 from keel.worker.process.assembly import build_worker, freeze_startup_heap, mcp_servers_running
 from keel.worker.process.configured import connect_configured
 from keel.worker.process.health import HealthServer
@@ -26,6 +27,7 @@ from keel.worker.settings import ConfigError, Settings, WorkerSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
+    from temporalio.client import Client
     from temporalio.worker import Worker
 
 __all__ = ["run_until_signalled", "serve_worker"]
@@ -93,6 +95,7 @@ async def serve_worker(
                 if version is not None
                 else "",
             )
+            await _notice_status_attribute(client)
             grace_s = config.shutdown_grace_s
 
             def drain() -> None:
@@ -107,6 +110,18 @@ async def serve_worker(
             health.stop()
         if provider is not None:
             provider.shutdown()
+
+
+async def _notice_status_attribute(client: Client) -> None:
+    """Say at start when the namespace lacks ``KeelStatus``: sessions then run without it."""
+    support = await status_support(client)
+    if not support.present:
+        logger.warning(
+            "%s; sessions run without a KeelStatus search attribute (temporal workflow list "
+            "--query 'KeelStatus=\"waiting\"' finds none); an operator creates it with: %s",
+            support.problem,
+            creating_hint(client.namespace),
+        )
 
 
 class _State:

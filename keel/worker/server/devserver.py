@@ -30,9 +30,11 @@ from typing import IO, Self
 import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 
+from keel.worker.client.status_attribute import register_status_attribute
 from keel.worker.server.database_record import check_database, remember_database
 from keel.worker.server.dev_record import alive, record_path, serves_pid
 from keel.worker.server.records import read_private, remove, write_private
+from keel.workflows.status_attribute import KEEL_STATUS, KEEL_STATUS_TYPE
 
 logger = logging.getLogger(__name__)
 
@@ -369,6 +371,10 @@ class DevServer:
             self.namespace,
             "--log-level",
             self.log_level,
+            # sessions keep it current (keel.workflows.status_attribute); a database made
+            # before gets it from _register_search_attributes
+            "--search-attribute",
+            f"{KEEL_STATUS.name}={KEEL_STATUS_TYPE}",
         ]
         if not self.in_memory:
             command += ["--db-filename", str(self.db_path)]
@@ -447,6 +453,7 @@ class DevServer:
         self._record(shared=False)  # the lock; shared once it answers
         try:
             await self._wait_ready(log_offset)
+            await self._register_search_attributes()
             if self.shared:
                 self._record(shared=True)
             if not self.in_memory:
@@ -500,6 +507,11 @@ class DevServer:
         await client.workflow_service.describe_namespace(
             wsv1.DescribeNamespaceRequest(namespace=self.namespace)
         )
+
+    async def _register_search_attributes(self) -> None:
+        """Add ``KeelStatus`` to a database that the flag did not (one made before it)."""
+        client = await Client.connect(self.address, namespace=self.namespace)
+        await register_status_attribute(client)
 
     def _log_tail(self, offset: int = 0) -> str:
         """Return the last lines the server wrote to its log since ``offset``."""
