@@ -16,6 +16,7 @@ from pathlib import Path
 from temporalio.client import WorkflowExecutionStatus
 
 from keel import KeelClient, SessionConfig
+from keel.workflows.status_attribute import KEEL_STATUS
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -53,6 +54,7 @@ async def test_a_temporal_cancel_ends_the_waiting_turn_and_its_interrupt(
         state = await keel.state(session)
         pending = await keel.pending(session)
         shown = await details(keel, session)
+        described = await keel.handle(session).describe()
     assert not target.exists()
     assert state.status == "cancelled"
     assert [(t.status, t.stop_reason) for t in state.turns] == [
@@ -66,6 +68,8 @@ async def test_a_temporal_cancel_ends_the_waiting_turn_and_its_interrupt(
     assert state.events[-1].type == "session_closed"
     assert pending.interrupts == [] and pending.turn_id is None
     assert shown == ""
+    # what Temporal's list says: it no longer waits for a person (`KeelStatus="waiting"`)
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "idle"
     await save_history(keel.client, session, "temporal_cancelled")
 
 
