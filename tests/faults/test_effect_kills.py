@@ -154,7 +154,8 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
         found.effects = len(read_effects(run.effects_dir))
         found.starts = [n for step, n in read_attempts(run.effects_dir) if step == "start"]
     except Exception as err:  # noqa: BLE001 - reported by the case's test, with its logs
-        found.errors.append(f"{type(err).__name__}: {err}")
+        cause = getattr(err, "cause", None)  # an update's failure: the session's reason
+        found.errors.append(f"{type(err).__name__}: {err}" + (f": {cause!r}" if cause else ""))
     finally:
         run.stop_all()
     return found

@@ -191,7 +191,7 @@ async def test_a_parked_session_keeps_its_status_across_continue_as_new(
         assert done.status == "completed", done.error
         await until_status(client, session, "idle")
     runs = await run_histories(client, session)
-    for _ in range(50):  # a run that just began may not have finished its first task yet
+    for _ in range(300):  # a run that just began may not have finished its first task yet
         if all(upserted(run) for run in runs[1:]):
             break
         await asyncio.sleep(0.1)
