@@ -183,6 +183,12 @@ def test_compose_broken_copies_fail_both_validators(tmp_path: Path) -> None:
     assert run("docker-compose", "--file", str(broken), "config", "--quiet").returncode != 0
 
 
+def workers_namespace(services: dict[str, Any]) -> str:
+    """The one namespace every compose worker uses."""
+    [namespace] = {services[n]["environment"]["TEMPORAL_NAMESPACE"] for n in WORKER_SERVICES}
+    return str(namespace)
+
+
 def test_compose_is_a_whole_cluster() -> None:
     services = compose()["services"]
     for name in ("postgresql", "temporal", "temporal-ui", "s3", "create-bucket", *WORKER_SERVICES):
@@ -208,6 +214,11 @@ def test_compose_is_a_whole_cluster() -> None:
         assert env["KEEL_OTLP_ENDPOINT"].startswith("http://jaeger:")
         assert_known_settings(env, f"compose service {name}")
     assert len({services[n]["hostname"] for n in WORKER_SERVICES}) == 2
+    # the KeelStatus search attribute, created on the cluster's namespace with its type
+    script = " ".join(services["create-search-attribute"]["entrypoint"])
+    for words in ("--name KeelStatus", "--type Keyword", "--address temporal:7233"):
+        assert words in script, words
+    assert "--namespace " + workers_namespace(services) in script
 
 
 def test_prometheus_scrapes_the_workers() -> None:
