@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         heartbeat_timeout,
         model_schedule_to_close,
     )
-    from keel.workflows.boundary import InputRejected, normalise_history, validate_prompt
     from keel.workflows.contracts import (
         OUTPUT_REMINDERS,
         Answer,
@@ -70,8 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.decisions import Decisions
     from keel.workflows.effect_contracts import EffectsView
     from keel.workflows.handlers import SessionRequests, UpdateAnswers
-    from keel.workflows.ledger import NO_CONFIG, Ledger, PendingCycle, SessionInput
-    from keel.workflows.limits import LIMITS_PATCH
+    from keel.workflows.ledger import PendingCycle, SessionInput
     from keel.workflows.messages import (
         ContentBlock,
         Message,
@@ -81,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.notifications import Notifier
     from keel.workflows.raw_inputs import RawInput, decode, decode_signal
     from keel.workflows.run_ends import CANCELLED_IN_TEMPORAL, SESSION_CANCELLED
+    from keel.workflows.session_start import session_start
     from keel.workflows.status_attribute import StatusAttribute, model_summary
     from keel.workflows.structured import (
         OUTPUT_TOOL,
@@ -117,15 +116,15 @@ class AgentSession:
         The start input comes undecoded (``keel.workflows.raw_inputs``): one that is missing
         or does not validate fails the session at once, naming the wrong fields.
         """
-        self._init_error: str | None = None
-        input = self._start_input(input)
-        self._config = input.config
+        start = session_start(input)
+        self._init_error: str | None = start.error
+        self._config = start.input.config
         # in flight in this run only: never carried
         self._model_call: workflow.ActivityHandle[ModelResponse] | None = None
         self._tool_tasks: list[asyncio.Task[None]] = []  # the running cycle's tool uses
         self._continuing = False
         self._status = StatusAttribute()  # KeelStatus, when the start carried it
-        self._ledger = self._starting_ledger(input)
+        self._ledger = start.ledger
         # the parts, each with its inputs; what they hold beyond the ledger is run-local
         self._answers = UpdateAnswers(self._ledger)
         self._requests = SessionRequests(
@@ -142,61 +141,6 @@ class AgentSession:
             self._decisions,
             self._show_details,
         )
-
-    def _start_input(self, raw: RawInput[SessionInput | None]) -> SessionInput:
-        """The start input, decoded; sets ``_init_error`` when it is missing or malformed.
-
-        A malformed start fails the session (``run``), not its first workflow task; queries
-        still answer, on an empty ledger and ``NO_CONFIG``.
-        """
-        try:
-            return decode(raw, SessionInput, "AgentSession start input")
-        except InputRejected as err:
-            if workflow.info().continued_run_id is not None:
-                # the previous run wrote it: a worker that cannot read it has a bug, and the
-                # task is retried until a fixed worker can
-                raise
-            self._init_error = str(err)
-            return SessionInput(config=NO_CONFIG)
-
-    def _starting_ledger(self, input: SessionInput) -> Ledger:
-        """The previous run's ledger, or a new one; sets ``_init_error`` on bad input."""
-        if input.carried is not None:
-            if workflow.info().continued_run_id is None:
-                # S1: carried state (a parked cycle, queued prompts) is trusted only when this
-                # session's previous run handed it over; a client cannot forge it at start.
-                self._init_error = "carried state is accepted only from continue-as-new"
-                return Ledger()
-            return input.carried
-        try:
-            ledger = Ledger.starting_with(normalise_history(input.messages))
-        except InputRejected as err:
-            self._init_error = f"imported history rejected: {err}"
-            return Ledger()
-        if input.prompt is not None:
-            try:
-                try:
-                    validate_prompt("user", input.prompt)
-                except InputRejected:
-                    # a start input from before the limits is held to the limit it was
-                    # accepted under; the patch is asked only for a prompt the limits refuse,
-                    # so a session within them records no marker
-                    if workflow.patched(LIMITS_PATCH):
-                        raise
-                    validate_prompt("user", input.prompt, earlier_limit=True)
-            except InputRejected as err:
-                self._init_error = f"start prompt rejected: {err}"
-            else:
-                ledger.enqueue(input.prompt)
-        ledger.single_turn = input.single_turn
-        ledger.parent_session = input.parent_session
-        parent = workflow.info().parent
-        if input.ancestors and parent is not None and parent.workflow_id == input.ancestors[0]:
-            # a signature for an ancestor counts here only in a session an ancestor started,
-            # and so do the standing approvals its parent hands down
-            ledger.ancestors = input.ancestors
-            ledger.standing = {approval.tool: approval for approval in input.standing}
-        return ledger
 
     # ----------------------------------------------------------------------------- messages
     # Temporal finds the handlers on the workflow class; each hands its message to a part.

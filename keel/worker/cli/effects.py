@@ -60,13 +60,8 @@ def result_text(args: argparse.Namespace) -> str:
 
 async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
     """``keel resolve``: record an unknown outcome's result, then wait like ``keel run``."""
-    from keel.worker.cli.turns import (
-        acting,
-        approver_key,
-        approver_name,
-        finish_turn,
-        within_limits,
-    )
+    from keel.worker.cli.turn_follow import approver_key, approver_name, finish_turn
+    from keel.worker.cli.turns import acting, within_limits
     from keel.workflows.contracts import Decision
 
     result = result_text(args)  # a bad file fails before anything is read or sent

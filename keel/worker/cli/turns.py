@@ -2,32 +2,36 @@
 
 ``run``, ``wait``, ``approve``/``deny``, ``respond``, ``cancel``, ``steer`` (and ``keygen``,
 for signed decisions); each a coroutine ``(args, settings) -> exit code``. ``add_parser``
-adds their parsers to ``keel``'s. What other command modules that decide share is public here:
-``acting``, ``finish_turn``, ``approver_name``, ``approver_key``, ``within_limits``.
+adds their parsers to ``keel``'s. What other command modules that act share is public here:
+``acting``, ``within_limits``; following the turn and asking on the terminal is in
+``keel.worker.cli.turn_follow``.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
     EXIT_ENDED,
     EXIT_OK,
     EXIT_TIMEOUT,
-    ask_decision,
-    ask_question,
     detached_json,
     parse_answer,
     print_detached,
     print_interrupted,
-    print_turn,
     print_where,
+)
+from keel.worker.cli.turn_follow import (
+    approver_key,
+    approver_name,
+    finish_turn,
+    mcp_words,
+    progress_out,
 )
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
@@ -36,8 +40,7 @@ if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --he
     from keel.worker.cli.session_access import SessionAccess
     from keel.worker.client.keel_client import KeelClient
     from keel.worker.settings import Settings
-    from keel.worker.signing import ApproverKey
-    from keel.workflows.contracts import Condition, SessionConfig, TurnRecord
+    from keel.workflows.contracts import Condition, SessionConfig
     from keel.workflows.messages import Message
 
 
@@ -126,14 +129,14 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
                 since = 0 if config is not None else await keel.event_count(session)
                 ack = await keel.prompt(session, prompt, config=config, messages=messages)
             except asyncio.CancelledError:  # Ctrl-C: the prompt may have been taken
-                print_interrupted(session, None, embedded=embedded, extra=_mcp_words(args))
+                print_interrupted(session, None, embedded=embedded, extra=mcp_words(args))
                 raise
-            out = _progress_out(args)
+            out = progress_out(args)
             if out is not None and ack.queued_behind:
                 print(f"turn {ack.turn_id} queued behind {ack.queued_behind} turn(s)", file=out)
             code = await finish_turn(keel, session, ack.turn_id, since, args, embedded=embedded)
             if not args.json:
-                print_where(session, closed=await _closed(keel, session), extra=_mcp_words(args))
+                print_where(session, closed=await _closed(keel, session), extra=mcp_words(args))
             return code
 
 
@@ -213,7 +216,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_TIMEOUT
         closed = await _closed(keel, args.session)
     if not args.json:
-        print_where(args.session, closed=closed, extra=_mcp_words(args))
+        print_where(args.session, closed=closed, extra=mcp_words(args))
     return code
 
 
@@ -309,14 +312,6 @@ def acting(
     )
 
 
-def _mcp_words(args: argparse.Namespace) -> list[str]:
-    """The ``--mcp`` flags a command was given, for the commands it prints to go on with.
-
-    Given only to a command that embeds its server: its successor embeds one too.
-    """
-    return [word for spec in args.mcp for word in ("--mcp", spec)]
-
-
 async def _closed(keel: KeelClient, session: str) -> bool:
     """Whether the session takes no more turns (a scheduled job's, once its one turn ended)."""
     from keel.worker.client.errors import SessionNotFound
@@ -326,20 +321,6 @@ async def _closed(keel: KeelClient, session: str) -> bool:
     except SessionNotFound:
         return True
     return state.status not in ("idle", "running")  # closing, closed, or ended in Temporal
-
-
-def _progress_out(args: argparse.Namespace) -> TextIO | None:
-    """Where a waiting command reports progress: stderr when asked or a terminal, else None."""
-    if getattr(args, "progress", False) or (not args.json and sys.stderr.isatty()):
-        return sys.stderr
-    return None
-
-
-def _interactive(args: argparse.Namespace) -> bool:
-    """Whether to ask a person for approvals: a terminal on both ends, and allowed to."""
-    if args.json or getattr(args, "no_input", False):
-        return False
-    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
@@ -385,124 +366,6 @@ def within_limits(value: object) -> None:
         check_input(value)
     except InputRejected as err:
         raise UsageError(str(err)) from None
-
-
-def approver_key(args: argparse.Namespace) -> ApproverKey | None:
-    """The private key to sign with: ``--key``, else ``KEEL_APPROVER_KEY``, else none."""
-    from keel.worker.signing import ApproverKey
-
-    path = getattr(args, "key", None) or getattr(args, "key_default", None)
-    return ApproverKey.load(path) if path else None
-
-
-def approver_name(args: argparse.Namespace) -> str:
-    """Who decides: ``--approver``, else ``KEEL_APPROVER``, else the user's login name."""
-    named = getattr(args, "approver", None) or getattr(args, "approver_default", None)
-    return named or getpass.getuser()
-
-
-async def finish_turn(
-    keel: KeelClient,
-    session: str,
-    turn_id: int,
-    since: int,
-    args: argparse.Namespace,
-    *,
-    embedded: bool,
-) -> int:
-    """Follow a turn until it settles, asking for approvals when a person is there; print it.
-
-    Progress goes to stderr (see ``_progress_out``); the result to stdout as ``print_turn``
-    prints it. When the turn waits for approval and the terminal is interactive, each
-    pending interrupt is shown and decided by the person's answer, and following goes on
-    until the turn ends or waits again. No answer (end of input, Ctrl-C) leaves the
-    interrupt pending: exit 3. Ctrl-C while following says that the turn goes on, and the
-    commands that reach it (``embedded``: this command ran the server, see
-    ``print_interrupted``).
-    """
-    import asyncio
-
-    try:
-        return await _follow_turn(keel, session, turn_id, since, args)
-    except asyncio.CancelledError:  # Ctrl-C: the session goes on without us
-        print_interrupted(session, turn_id, embedded=embedded, extra=_mcp_words(args))
-        raise
-
-
-async def _follow_turn(
-    keel: KeelClient, session: str, turn_id: int, since: int, args: argparse.Namespace
-) -> int:
-    """``finish_turn``'s work."""
-    from keel.worker.cli.decided_elsewhere import DecidedElsewhere, unless_decided
-    from keel.worker.cli.follow import Follower
-    from keel.worker.client.errors import RequestRejected
-    from keel.workflows.interrupt_kinds import kind_of
-
-    out = _progress_out(args)
-    extra = _mcp_words(args)
-    follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
-    record = await follower.turn_settled(turn_id)
-    refused: set[str] = set()
-    while record.status == "awaiting_human" and _interactive(args):
-        asked = [i for i in record.interrupts if i.id not in refused]
-        if not asked:
-            break
-        for interrupt in asked:
-            try:
-                if kind_of(interrupt).update == "respond":
-                    value = await unless_decided(
-                        keel, session, turn_id, interrupt.id, ask_question(interrupt)
-                    )
-                    if isinstance(value, DecidedElsewhere):
-                        continue
-                    if value is None:
-                        record = await _held_message(
-                            keel, session, await keel.turn(session, turn_id)
-                        )
-                        return print_turn(session, record, False, extra)
-                    await keel.respond(
-                        session,
-                        interrupt.id,
-                        value[0],
-                        responder=approver_name(args),
-                        key=approver_key(args),
-                    )
-                    continue
-                answer = await unless_decided(
-                    keel, session, turn_id, interrupt.id, ask_decision(interrupt)
-                )
-                if isinstance(answer, DecidedElsewhere):
-                    continue
-                if answer is None:
-                    record = await _held_message(keel, session, await keel.turn(session, turn_id))
-                    return print_turn(session, record, False, extra)
-                decision, text = answer
-                who, key = approver_name(args), approver_key(args)
-                if decision == "resolve":  # the text is the tool's result
-                    await keel.resolve(session, interrupt.id, text or "", approver=who, key=key)
-                else:
-                    await keel.decide(
-                        session, interrupt.id, decision, reason=text, approver=who, key=key
-                    )
-            except RequestRejected as err:
-                print(f"keel: {err}", file=sys.stderr)
-                refused.add(interrupt.id)
-        record = await follower.turn_settled(turn_id)
-    return print_turn(session, await _held_message(keel, session, record), args.json, extra)
-
-
-async def _held_message(keel: KeelClient, session: str, record: TurnRecord) -> TurnRecord:
-    """A waiting turn's record with the assistant message whose tools wait as its message.
-
-    That message is held outside the conversation until its tools have run (S5), so the
-    turn's own ``message`` is still the cycle before's.
-    """
-    if record.status != "awaiting_human":
-        return record
-    view = await keel.pending(session)
-    if view.turn_id != record.turn_id or view.message is None:
-        return record
-    return record.model_copy(update={"message": view.message})
 
 
 def add_parser(sub: flags.Subparsers) -> None:
