@@ -6,6 +6,7 @@ Fixtures only; what tests import by name is in ``tests/helpers``.
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,19 @@ from keel.worker.process.assembly import build_worker
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import JUDGES, SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the processes tests start a terminal's Ctrl-C and Ctrl-\\, however pytest started.
+
+    A shell without job control starts a background command (``pytest ... &``) with SIGINT
+    and SIGQUIT ignored, and every process it starts inherits that: the tests that press
+    Ctrl-C or Ctrl-\\ at a ``keel`` process would then see it go on.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
