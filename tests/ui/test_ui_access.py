@@ -108,6 +108,8 @@ async def test_posts_need_credentials_and_the_csrf_token(
     answer = again.json()
     assert "no longer pending: it was approved" in str(answer["message"])
     assert isinstance(answer["parts"], dict) and "pending" in answer["parts"]
+    # the state's event number the parts show: the page applies no answer older than its view
+    assert isinstance(answer["seq"], int) and answer["seq"] > 0
 
 
 async def test_without_a_token_only_loopback_names_are_served(ui_url: str) -> None:
@@ -228,4 +230,5 @@ async def test_a_name_saved_in_the_header_takes_the_name_out_of_the_decision_for
         form=form,
         headers={"Cookie": cookie, "Accept": "application/json"},
     )
-    assert plain.json()["parts"] is None
+    assert plain.json()["parts"] is None and plain.json()["seq"] is None
+    assert answer["seq"] == (await ui_keel.state(session)).event_count

@@ -198,11 +198,17 @@ async def test_a_parked_session_keeps_its_status_across_continue_as_new(
         runs = await run_histories(client, session)
     await save_history(client, session, "keel_status_across_continue_as_new")
     assert len(runs) > 1
-    # the first run upserted waiting; the next started waiting (carried), said so once in
-    # its first task (which would have no command else), and moved on
-    assert upserted(runs[0]) == ["waiting"]
-    assert upserted(runs[1]) == ["waiting", "running", "idle"]
-    assert all(upserted(run) == ["idle"] for run in runs[2:])
+    # the first run upserted waiting; each next one said the status it started with once,
+    # in its first task (which would have no command else), and moved on. Where the later
+    # runs begin depends on how the server batched events, so only their order is checked.
+    shown = [upserted(run) for run in runs]
+    assert shown[0] == ["waiting"], shown
+    assert shown[1][0] == "waiting", shown
+    for before, after in zip(shown, shown[1:], strict=False):
+        assert after[0] == before[-1], shown  # a continued run starts with the status it had
+    said = [status for run in shown for status in run]
+    once = [s for i, s in enumerate(said) if i == 0 or said[i - 1] != s]
+    assert once == ["waiting", "running", "idle"], shown
 
 
 async def test_a_sub_agent_and_its_parent_both_wait_for_the_person(

@@ -2,7 +2,7 @@
 
 Each action is a POST of a url-encoded form carrying the session's CSRF token (checked by
 ``Access.admit_post`` before anything is sent). The page's script posts with ``Accept:
-application/json`` and gets ``{"ok", "message", "parts"}`` (the session page's parts as they
+application/json`` and gets ``{"ok", "message", "parts", "seq"}`` (the session page's parts as they
 are now), so a decision that lost a race says why and the page shows what happened instead;
 without the script, the form's answer is a redirect back to the page with the message.
 """
@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.ui.access import AccessDenied, Visit
 from keel.worker.ui.context import UiContext
-from keel.worker.ui.pages import render_session
+from keel.worker.ui.pages import SessionParts, render_session
 from keel.worker.ui.problems import problem
 
 # Longest approver name the page accepts.
@@ -152,6 +152,7 @@ async def session_action(
         return JSONResponse({"ok": False, "message": "no such action"}, status_code=404)
     status, ok = 200, True
     parts: dict[str, str] | None = None
+    seq: int | None = None
     try:
         keel = await ui.source.get()
         await keel.check_open(session)
@@ -166,12 +167,14 @@ async def session_action(
         ok = False
     try:
         keel = await ui.source.get()
-        parts = (await render_session(ui, keel, session, visit)).html
+        rendered = await render_session(ui, keel, session, visit)
+        parts, seq = rendered.html, rendered.view.event_count
     except Exception as err:
         if problem(err) is None:
             raise
     if _wants_json(request):
-        return JSONResponse({"ok": ok, "message": message, "parts": parts}, status_code=status)
+        answer = {"ok": ok, "message": message, "parts": parts, "seq": seq}
+        return JSONResponse(answer, status_code=status)
     visit.notice, visit.changed = ("ok" if ok else "error", message), True
     return RedirectResponse(f"/sessions/{quote(session, safe='/')}", status_code=303)
 
@@ -184,15 +187,16 @@ async def set_name(ui: UiContext, request: Request, visit: Visit, form: dict[str
     visit.name, visit.changed = name or None, True
     message = f"You decide as {name}." if name else "Name cleared."
     if _wants_json(request):
-        parts = await _page_parts(ui, form.get("back", ""), visit)
-        return JSONResponse({"ok": True, "message": message, "parts": parts})
+        rendered = await _page_parts(ui, form.get("back", ""), visit)
+        parts, seq = (rendered.html, rendered.view.event_count) if rendered else (None, None)
+        return JSONResponse({"ok": True, "message": message, "parts": parts, "seq": seq})
     visit.notice = ("ok", message)
     back = form.get("back", "/")
     safe = back.startswith("/") and back[1:2] not in ("/", "\\")  # no other site
     return RedirectResponse(back if safe else "/", status_code=303)
 
 
-async def _page_parts(ui: UiContext, back: str, visit: Visit) -> dict[str, str] | None:
+async def _page_parts(ui: UiContext, back: str, visit: Visit) -> SessionParts | None:
     """The parts of the session page a form was sent from, as this visit now sees them.
 
     A name saved from the page's header changes its decision forms (they no longer ask for
@@ -203,7 +207,7 @@ async def _page_parts(ui: UiContext, back: str, visit: Visit) -> dict[str, str] 
         return None
     try:
         keel = await ui.source.get()
-        return (await render_session(ui, keel, unquote(back[len(prefix) :]), visit)).html
+        return await render_session(ui, keel, unquote(back[len(prefix) :]), visit)
     except Exception as err:
         if problem(err) is None:
             raise

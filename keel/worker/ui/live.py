@@ -128,7 +128,7 @@ def session_live(ui: UiContext, request: Request, visit: Visit) -> Response:
 async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncGenerator[str, None]:
     keel = await ui.source.get()
     parts = await render_session(ui, keel, session, visit)
-    yield sse("parts", {"parts": dict(parts.html), "problem": None})
+    yield sse("parts", {"parts": dict(parts.html), "seq": parts.view.event_count, "problem": None})
     out: asyncio.Queue[str | Exception | None] = asyncio.Queue()
     tasks = [
         asyncio.create_task(
@@ -180,10 +180,12 @@ async def _parts(
             changed = {k: v for k, v in fresh.html.items() if sent.get(k) != v}
             if changed:
                 sent.update(changed)
-                await out.put(sse("parts", {"parts": changed, "problem": None}))
+                seq = fresh.view.event_count
+                await out.put(sse("parts", {"parts": changed, "seq": seq, "problem": None}))
         final = await render_session(ui, keel, session, visit)
         changed = {k: v for k, v in final.html.items() if sent.get(k) != v}
-        await out.put(sse("parts", {"parts": changed, "problem": None}))
+        seq = final.view.event_count
+        await out.put(sse("parts", {"parts": changed, "seq": seq, "problem": None}))
         await out.put(sse("end", {"status": final.view.status}))
         await out.put(None)
     except Exception as err:

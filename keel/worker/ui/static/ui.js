@@ -16,8 +16,17 @@
     el.textContent = text || "";
   }
 
-  function applyParts(parts) {
+  // Parts come from the live stream and from the answers to this page's forms, each rendered
+  // from the session's state after its event number "seq": an answer that arrives after the
+  // stream showed a later state is older than what is shown, and is not applied.
+  let shownSeq = -1;
+
+  function applyParts(parts, seq) {
     if (!parts) return;
+    if (typeof seq === "number") {
+      if (seq < shownSeq) return;
+      shownSeq = seq;
+    }
     for (const [name, html] of Object.entries(parts)) {
       const el = document.getElementById("part-" + name);
       if (el) el.innerHTML = html;
@@ -93,7 +102,7 @@
         data = { ok: false, message: "The server answered " + response.status + ".", parts: null };
       }
       say(data.ok ? "ok" : "error", data.message);
-      applyParts(data.parts);
+      applyParts(data.parts, data.seq);
       if (response.status === 503) banner(data.message);
     } catch (err) {
       say("error", "The page's server did not answer; nothing was sent. Try again.");
@@ -108,7 +117,8 @@
     const source = new EventSource(url);
     let problem = false;
     source.addEventListener("parts", function (e) {
-      applyParts(JSON.parse(e.data).parts);
+      const data = JSON.parse(e.data);
+      applyParts(data.parts, data.seq);
       if (stream.ended) clearStream();
       problem = false;
       banner(null);
