@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from keel import KeelClient
@@ -205,7 +205,7 @@ async def test_a_malformed_raw_update_is_rejected_naming_the_field(
             temporal_env, task_queue, session, json.dumps({"config": config, "prompt": "one"})
         )
         await keel.wait_turn(session, 1, timeout_s=30)
-        before = len((await handle.fetch_history()).events)
+        before = await settled_length(handle)
         for name, value, named in MALFORMED_UPDATES:
             given = [] if value is None else ["--input", json.dumps(value)]
             sent = await temporal_cli(
@@ -343,3 +343,19 @@ def test_a_hostile_input_gets_a_short_error() -> None:
     assert len(said) < 2_000, len(said)
     assert said.count("…: Extra inputs are not permitted (got number)") == NAMED_ERRORS
     assert said.endswith(f"; and {51 - NAMED_ERRORS} more")
+
+
+async def settled_length(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many events the session's history holds once its last workflow task is written.
+
+    A turn reads completed as soon as its worker has it; the task's events (its completion,
+    a status upsert) may reach the history a moment later.
+    """
+    length = len((await handle.fetch_history()).events)
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        now = len((await handle.fetch_history()).events)
+        if now == length:
+            return length
+        length = now
+    return length

@@ -190,12 +190,14 @@ async def test_a_parked_session_keeps_its_status_across_continue_as_new(
         done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
         assert done.status == "completed", done.error
         await until_status(client, session, "idle")
-    runs = await run_histories(client, session)
-    for _ in range(300):  # a run that just began may not have finished its first task yet
-        if all(upserted(run) for run in runs[1:]):
-            break
-        await asyncio.sleep(0.1)
+        # a run that just began (the idle session continued as new) has its first task run
+        # by this worker: wait for it here, not once the worker is gone
         runs = await run_histories(client, session)
+        for _ in range(300):
+            if all(upserted(run) for run in runs[1:]):
+                break
+            await asyncio.sleep(0.1)
+            runs = await run_histories(client, session)
     await save_history(client, session, "keel_status_across_continue_as_new")
     assert len(runs) > 1
     # the first run upserted waiting; each next one said the status it started with once,
