@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -134,16 +134,19 @@ class SessionReader(SessionCaller):
         """
         return await session_end(self.client, session_id)
 
+    async def _answer_and_end(
+        self, session_id: str, send: Callable[[], Awaitable[T]]
+    ) -> tuple[T, SessionEnd | None]:
+        """A query's answer and how Temporal ended the session (``ended``), asked at once."""
+        return await asyncio.gather(self._ask(session_id, send), self.ended(session_id))
+
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record (``cancelled`` if the session's end left it unfinished)."""
-        record, end = await asyncio.gather(
-            self._ask(
-                session_id,
-                lambda: self.handle(session_id).query(
-                    AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
-                ),
+        record, end = await self._answer_and_end(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
             ),
-            self.ended(session_id),
         )
         return record if end is None else ended_turn(record, end)
 
@@ -156,14 +159,11 @@ class SessionReader(SessionCaller):
             StoreError: a message of an earlier run cannot be read from the store.
         """
         query = StateQuery(events_since=events_since, include_messages=include_messages)
-        state, end = await asyncio.gather(
-            self._ask(
-                session_id,
-                lambda: self.handle(session_id).query(
-                    AgentSession.state, query, rpc_timeout=self.query_timeout
-                ),
+        state, end = await self._answer_and_end(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.state, query, rpc_timeout=self.query_timeout
             ),
-            self.ended(session_id),
         )
         if end is not None:  # Temporal ended the run: its status, not the session's last word
             state = ended_state(state, end)
@@ -214,14 +214,11 @@ class SessionReader(SessionCaller):
 
         Nothing, once Temporal ended the session (see ``ended``).
         """
-        view, end = await asyncio.gather(
-            self._ask(
-                session_id,
-                lambda: self.handle(session_id).query(
-                    AgentSession.pending, rpc_timeout=self.query_timeout
-                ),
+        view, end = await self._answer_and_end(
+            session_id,
+            lambda: self.handle(session_id).query(
+                AgentSession.pending, rpc_timeout=self.query_timeout
             ),
-            self.ended(session_id),
         )
         return view if end is None else ended_pending(view)
 
