@@ -13,14 +13,13 @@ import re
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
 )
 
+from keel.workflows.keel_model import KeelModel as KeelModel  # re-exported: its old home
 from keel.workflows.messages import (
     ContentBlock,
     ConverseModel,
@@ -29,6 +28,7 @@ from keel.workflows.messages import (
     ToolUse,
     prompt_blocks,
 )
+from keel.workflows.replay_contracts import ReplayPlan, ReplayProgress
 
 TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "awaiting_human"]
 # the last four only as a reader tells them: how Temporal ended the run (keel.workflows.run_ends)
@@ -59,6 +59,9 @@ EventType = Literal[
     "standing_approval_revoked",
     "judge_verdict",
     "tool_retried",
+    "replay_answered",
+    "replay_live_read",
+    "replay_diverged",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
@@ -93,12 +96,6 @@ def notify_urls(urls: list[str]) -> list[str]:
         if not _NOTIFY_URL.match(url):
             raise ValueError(f"not an http(s) URL: {url!r}")
     return urls
-
-
-class KeelModel(BaseModel):
-    """Base for Keel's own (non-Converse) types: unknown fields are an error."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class PrefixRef(KeelModel):
@@ -215,6 +212,9 @@ class SessionConfig(KeelModel):
             deployment's current version at the next workflow task instead of staying pinned
             to the version the session started on; for changes that replay (``keel deploy
             check``). Applied by the client that starts the session, for the run it starts.
+        replay: set only for a replay (``keel replay``, ``keel eval``): the recording the
+            session answers its tool calls from; none of its tools runs, but a ``read`` one
+            with ``ReplayPlan.live_read`` (``keel.workflows.replaying``).
     """
 
     model: str = Field(min_length=1)
@@ -245,6 +245,7 @@ class SessionConfig(KeelModel):
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
     judge_may_approve: bool = True
     sub_agent_judge_may_approve: bool = False
+    replay: ReplayPlan | None = None
 
     @field_validator("notify")
     @classmethod
@@ -655,6 +656,8 @@ class SessionState(KeelModel):
     by ``messages`` (not stored yet); ``KeelClient.state`` joins them into one list. A
     toolResult in ``messages`` that the tool activity stored has no content here: its digest
     is in ``result_refs`` (by toolUseId), and ``KeelClient.state`` reads it back.
+    ``prompt_at`` says where each turn's prompt is (``Ledger.prompt_at``); ``replay`` how a
+    replay session follows its recording.
     """
 
     session_id: str
@@ -671,6 +674,8 @@ class SessionState(KeelModel):
     events: list[Event] = Field(default_factory=list)
     event_count: int = 0
     run: int = 1
+    prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
+    replay: ReplayProgress | None = None
 
 
 class Notification(KeelModel):

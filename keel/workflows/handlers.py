@@ -223,6 +223,8 @@ class SessionRequests:
             events=ledger.events_since(q.events_since),
             event_count=ledger.event_seq,
             run=ledger.run,
+            prompt_at=ledger.prompt_at,
+            replay=ledger.replay,
         )
 
     def pending(self) -> PendingView:

@@ -51,6 +51,7 @@ from keel.workflows.messages import (
     prompt_blocks,
     tool_uses,
 )
+from keel.workflows.replay_contracts import ReplayProgress
 from keel.workflows.run_ends import UNFINISHED_TURN
 
 # How much of the past a run hands to the next beyond what it must.
@@ -137,6 +138,11 @@ class Ledger(KeelModel):
         effects: the calls of ``write`` and ``idempotent`` tools, by toolUseId, in order:
             their attempts and how each was settled (``keel.workflows.effects``).
         effects_dropped: how many older ``effects`` were let go (``MAX_EFFECTS_KEPT``).
+        prompt_at: where each turn's prompt entered the conversation, by turn: the message's
+            index in the whole conversation and the index of the prompt's first block in
+            it (a prompt may join a trailing user message). Kept for every turn: a replay
+            or an export splits the conversation into turns with it.
+        replay: a replay session's progress through its recording (``SessionConfig.replay``).
     """
 
     run: int = 1
@@ -169,6 +175,8 @@ class Ledger(KeelModel):
     standing: dict[str, StandingApproval] = Field(default_factory=dict)
     effects: dict[str, EffectRecord] = Field(default_factory=dict)
     effects_dropped: int = 0
+    prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
+    replay: ReplayProgress | None = None
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:
@@ -304,6 +312,12 @@ class Ledger(KeelModel):
         self.current_turn = record.turn_id
         self.cancel_reason = None
         self.emit("turn_started", turn=record.turn_id)
+        last = self.messages[-1] if self.messages else None
+        joins = last is not None and last.role == "user"  # add_user_content merges it there
+        self.prompt_at[record.turn_id] = (
+            self.message_count - 1 if joins else self.message_count,
+            len(last.content) if joins and last is not None else 0,
+        )
         self.add_user_content(record, queued.content)
         return record
 

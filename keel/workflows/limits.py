@@ -99,6 +99,10 @@ CLIENT_ERROR_BYTES = 4_000
 NOTE_CHARS = 1_000
 """What the ledger keeps of why an ended client call has no usable result."""
 UPDATE_MEMORY_BYTES = 64_000
+# The most a session's start input (settings, imported conversation, prompt, a replay's
+# recording) may take encoded: Temporal takes at most 2 MB in one payload; what is left is
+# for the encryption's few bytes and the search attributes.
+MAX_START_BYTES = 1_500_000
 """Update ids a session remembers to answer a redelivery, and their answers (each kind)."""
 
 

@@ -348,7 +348,7 @@ class AgentSession:
                     break
                 if self._history_full():
                     await self._continue_as_new()
-                if await self._run_cycle(record):
+                if await self._run_cycle(record) or self._gate.replay.diverged(record):
                     break
         except _TurnCancelled:
             ledger.end_turn(record, "cancelled", "cancelled", error=ledger.cancel_reason)

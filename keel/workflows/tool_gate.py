@@ -3,7 +3,8 @@
 ``ToolGate.resolve`` produces one tool use's result: it runs the tool (as the activity
 ``keel.tool.run``, or a sub-agent's child session) or says why it did not run. A tool that
 needs a person's approval parks behind an interrupt the gate opens (S4); a tool that asks a
-question (``ctx.interrupt``) runs again with each answer. A client-side tool's call is
+question (``ctx.interrupt``) runs again with each answer. A replay session's calls are
+answered from its recording first (``keel.workflows.replaying``). A client-side tool's call is
 published for a client to run (``keel.workflows.client_tools``).
 """
 
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.ledger import Ledger, PendingCycle
     from keel.workflows.messages import ToolResult, ToolUse, error_result
     from keel.workflows.notifications import Notifier
+    from keel.workflows.replaying import Replayer
     from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
     from keel.workflows.standing import covers
     from keel.workflows.status_attribute import tool_summary
@@ -72,6 +74,7 @@ class ToolGate:
         # in flight in this run only: the tool activities by toolUseId (cancel stops them)
         self.tool_calls: dict[str, workflow.ActivityHandle[ToolResponse]] = {}
         self.effects = EffectBook(config, ledger)
+        self.replay = Replayer(config, ledger)
         self.client_tools = ClientTools(
             config, ledger, UpdateAnswers(ledger), self.tool_calls, show_details
         )
@@ -86,6 +89,11 @@ class ToolGate:
         """
         tools, cancelled = self._ledger.tools or [], self._ledger.cancel_reason
         spec = next((t for t in tools if t.name == use.name), None)
+        if self.replay.active and cancelled is None:
+            recorded = self.replay.answer(record, use, spec)
+            if recorded is not None:  # answered from the recording, or past the divergence
+                pending.results[use.toolUseId] = recorded
+                return
         verdict = judge_all([self._config.policy, *self._config.policies], use)
         refusal: str | None = None
         if spec is None:

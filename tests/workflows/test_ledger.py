@@ -48,6 +48,7 @@ from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from keel.workflows.messages import error_result
 from keel.workflows.raw_inputs import RawInput
+from keel.workflows.replay_contracts import Divergence, ReplayProgress
 from tests.helpers.fixture_types import Script
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use
 
@@ -105,6 +106,7 @@ RUN_LOCAL = {
     "_gate.tool_calls",
     "_gate.client_tools",  # its calls are in the ledger, its checks are tool activities
     "_gate.effects",  # its records are in the ledger
+    "_gate.replay",  # its progress is in the ledger (Ledger.replay); its plan in the config
 }
 
 
@@ -168,6 +170,13 @@ def every_field_set() -> Ledger:
             )
         },
         effects_dropped=2,
+        prompt_at={1: (0, 0), 3: (4, 1)},
+        replay=ReplayProgress(
+            matched={3: [0]},
+            calls={3: 2},
+            live=["u7"],
+            divergence=Divergence(turn=3, index=1, replayed=use),
+        ),
         client_calls={
             "c1": ClientCall(
                 id="c1",

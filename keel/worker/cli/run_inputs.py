@@ -32,6 +32,7 @@ from keel.workflows.contracts import Effect, SessionConfig
 from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message, text_block
+from keel.workflows.limits import MAX_START_BYTES
 from keel.workflows.signing import BadSignature, public_key_bytes
 
 
@@ -39,10 +40,6 @@ class UsageError(Exception):
     """Invalid input on the command line; exit 2 with this message."""
 
 
-# The most a session's start input (settings, imported conversation, prompt) may take
-# encoded: Temporal takes at most 2 MB in one payload; what is left is for the settings and
-# the encryption's few bytes.
-MAX_START_BYTES = 1_500_000
 # The most a JSON Schema file may take (``--output-schema``).
 MAX_SCHEMA_BYTES = 1_000_000
 _MESSAGES = TypeAdapter(list[Message])

@@ -9,6 +9,7 @@
   listings; writes nothing.
 - ``SessionWriter`` (``keel.worker.client.writing``): prompts, ``start``, ``wait_turn``,
   ``run``, ``steer``, ``cancel``, ``close``.
+- ``SessionReplays`` (``keel.worker.client.replays``): ``export_case``, ``replay``, ``fork``.
 - ``SessionDecider`` (``keel.worker.client.deciding``): ``decide``, ``respond``, ``policy``,
   ``revoke``.
 - ``ClientTools`` (``keel.worker.client.client_tools``): ``serve_tools``, ``client_calls``,
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 from keel.worker.client.client_tools import ClientTools
 from keel.worker.client.deciding import SessionDecider
-from keel.worker.client.writing import SessionWriter
+from keel.worker.client.replays import SessionReplays
 
 
-class KeelClient(SessionWriter, SessionDecider, ClientTools):
+class KeelClient(SessionReplays, SessionDecider, ClientTools):
     """Talks to ``AgentSession`` workflows on one task queue.
 
     It is made with ``SessionCaller``'s arguments (a client made by ``connect``, the task

@@ -115,7 +115,7 @@ class SessionWriter(SessionReader):
             raise RequestRejected(str(err)) from err
         if config is None:
             return await self._update(session_id, AgentSession.prompt, update)
-        _check_config(config)
+        check_config(config)
         start = WithStartWorkflowOperation(
             AgentSession.run,
             SessionInput(config=config, messages=list(messages)),
@@ -160,7 +160,7 @@ class SessionWriter(SessionReader):
             validate_prompt("user", content)
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
-        _check_config(config)
+        check_config(config)
         try:
             await self.client.start_workflow(
                 AgentSession.run,
@@ -256,7 +256,7 @@ class SessionWriter(SessionReader):
         await self._call(session_id, self.handle(session_id).signal(AgentSession.close, close))
 
 
-def _check_config(config: SessionConfig, where: str = "") -> None:
+def check_config(config: SessionConfig, where: str = "") -> None:
     """Refuse before the session starts what its worker would refuse.
 
     A model spec its provider does not take (``ModelSpecError``: an unknown provider or
@@ -277,4 +277,4 @@ def _check_config(config: SessionConfig, where: str = "") -> None:
     except OutputSchemaError as err:
         raise RequestRejected(f"{where}{err}") from err
     for name, agent in config.agents.items():
-        _check_config(agent.config, f"{where}sub-agent {name}: ")
+        check_config(agent.config, f"{where}sub-agent {name}: ")
