@@ -5,13 +5,15 @@ attacks through temporalio handles. Here an outsider's own tool sends them: a 1 
 ``always_when`` and a 300 KB prompt by ``temporal workflow update execute --input-file``
 (refused, nothing stored), the same decision by ``temporal workflow signal`` (ignored), and a
 standing approval on ``docs/`` by raw update that must not cover ``docs/../secret.txt``. The
-session then continues-as-new and still answers.
+session then continues-as-new and still answers. Its recording carries the markers of the
+input-limits and path-tests patches, so their branches are replayed in CI.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from keel import KeelClient
 from keel.workflows.contracts import Interrupt
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import temporal_cli
+from tests.helpers.temporal import save_history, temporal_cli
 from tests.workflows.test_path_tests import asking
 
 MB = 1_000_000
@@ -85,7 +87,8 @@ async def test_the_raw_cli_can_neither_wedge_a_session_nor_widen_a_path_test(
         respond(text("done")),
         respond(text("still here")),
     ]
-    session = sid()
+    recording = os.environ.get("KEEL_RECORD_HISTORIES") == "1"
+    session = "raw_cli_sizes_and_paths" if recording else sid()
     async with run_worker():
         ack = await keel.prompt(session, "go", config=script(steps, continue_as_new_events=20))
         [first] = await asking(keel, session, 1)
@@ -104,8 +107,13 @@ async def test_the_raw_cli_can_neither_wedge_a_session_nor_widen_a_path_test(
         assert sent.returncode != 0 and "prompt is 300,011 bytes" in sent.stderr, sent.stderr
         count, size = await accepted_updates(keel, session)
         assert count == before[0] and size < before[1] + 10_000  # nothing of it stored
-        # the signal is delivered (Temporal keeps it in history) and the session ignores it
-        sent = await raw(temporal_env, "signal", session, "decide", body(tmp_path, wedge))
+        # a signal over the limit is delivered (Temporal keeps every signal in history) and
+        # ignored; 1 KB here, so the recording stays small (1 MB signals: test_limits.py)
+        over = {
+            **wedge,
+            "always_when": [{"field": "value", "op": "startswith", "value": "d" * 1000}],
+        }
+        sent = await raw(temporal_env, "signal", session, "decide", body(tmp_path, over))
         assert sent.returncode == 0, sent.stderr
         pending: list[Interrupt] = (await keel.pending(session)).interrupts
         assert [i.id for i in pending] == [first.id] and pending[0].status == "pending"
@@ -124,6 +132,8 @@ async def test_the_raw_cli_can_neither_wedge_a_session_nor_widen_a_path_test(
         assert done.status == "completed", done
         after = await keel.run(session, "and now?", timeout_s=60)
         state = await keel.state(session, include_messages=False)
+    # replayed in CI: the keel-input-limits and keel-path-tests patches' markers are in it
+    await save_history(keel.client, session, "raw_cli_sizes_and_paths")
     assert after.status == "completed", after
     assert state.run > 1, state.run  # it continued-as-new after the attacks, and answers
     assert out.read_text().splitlines() == ["docs/1", "docs/2"]
