@@ -52,8 +52,8 @@ from keel.workflows.messages import TokenUsage as TokenUsage
 from keel.workflows.messages import ToolResult as ToolResult
 from keel.workflows.messages import ToolUse as ToolUse
 from keel.workflows.messages import text_block as text_block
-from keel.workflows.session import AgentSession as AgentSession
 from keel.workflows.replay_contracts import Divergence as Divergence
+from keel.workflows.session import AgentSession as AgentSession
 from keel.workflows.tool_policies import Verdict as Verdict
 from keel.workflows.tool_policies import tool_policy as tool_policy
 
