@@ -471,6 +471,7 @@ async def test_a_retry_reads_well_in_show_watch_and_the_page(
     tmp_path: Path,
 ) -> None:
     """The ``tool_retried`` event a real run emits, as each view words it."""
+    from keel.worker.cli.console import show_json
     from keel.worker.cli.follow import event_line
     from keel.worker.client.effects_listing import retried_text
     from keel.worker.ui.context import templates
@@ -490,6 +491,9 @@ async def test_a_retry_reads_well_in_show_watch_and_the_page(
     assert "on dead-host/4242) ended without a result" in said
     assert "previous attempt attempt" not in said
     assert said in (event_line(event, {}) or "")
+    [shown] = show_json(state)["tool_retried"]  # keel show --json
+    assert (shown["tool"], shown["id"], shown["attempt"]) == ("effect", "r1", 2), shown
+    assert "ended without a result" in shown["previous"]
     html = (
         templates()
         .get_template("_effects.html")
