@@ -63,6 +63,8 @@ EventType = Literal[
     "replay_answered",
     "replay_live_read",
     "replay_diverged",
+    "budget_granted",
+    "budget_raised",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
