@@ -76,6 +76,10 @@ TEST_BYTES = 512
 """One test of a standing approval, as JSON: its field, operator and value."""
 STANDING_APPROVALS = 32
 """Standing approvals one session holds at once (a new one for a tool replaces its old one)."""
+MAX_USES = 1_000_000
+"""The largest ``max_uses`` of a standing approval."""
+MAX_FOR_S = 366 * 86_400.0
+"""The longest a standing approval may be granted for (``for_s``): a year."""
 ANSWER_BYTES = 4_000
 """The answer to a tool's question (``respond``), as JSON."""
 RESOLVED_RESULT_BYTES = 64_000
@@ -117,7 +121,7 @@ def text_bytes(text: str) -> int:
     return json_bytes(text) - 2  # not its quotes
 
 
-def within(what: str, size: int, limit: int, unit: str = "bytes") -> None:
+def within(what: str, size: float, limit: float, unit: str = "bytes") -> None:
     """Refuse ``what`` when ``size`` is over ``limit``.
 
     Raises:
@@ -147,6 +151,13 @@ def check_decision(decision: Decision) -> None:
     _text("signature", decision.signature, SIGNATURE_BYTES)
     _text("resolved result", decision.result, RESOLVED_RESULT_BYTES)
     check_tests(decision.always_when)
+    if decision.max_uses is not None:
+        within("max_uses", decision.max_uses, MAX_USES, "uses")
+    if decision.for_s is not None:
+        within("for_s", decision.for_s, MAX_FOR_S, "seconds")
+    if decision.total is not None:
+        size = json_bytes(decision.total.model_dump(mode="json"))
+        within(f"total ({decision.total.field} {decision.total.op} ...)", size, TEST_BYTES)
 
 
 def check_answer(answer: Answer) -> None:

@@ -35,15 +35,14 @@ from temporalio import workflow
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Condition, ConditionOp, Decision, ToolSpec
+from keel.workflows.standing_bounds import check_bounds, signed_bounds
 
 OPS: tuple[str, ...] = get_args(ConditionOp)
 _TEST = re.compile(
     r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s+"
     r"(?P<op>==|!=|<=|>=|<|>|startswith|endswith|in|under)\s+"
 )
-UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
-)
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 """Characters a string of a tool input may not hide behind a test (unless the test has them)."""
 _SEGMENTS = re.compile(r"[/\\]")
 # The patch under which the strict reading of strings (and ``under``) decides the gate; a
@@ -148,8 +147,8 @@ def _passes(condition: Condition, tool_input: Any, strict: bool, doubt: bool) ->
         if op == "!=":
             return bool(value != expected)
         if op == "startswith":
-            return isinstance(value, str) and isinstance(expected, str) and value.startswith(
-                expected
+            return (
+                isinstance(value, str) and isinstance(expected, str) and value.startswith(expected)
             )
         if op == "endswith":
             return isinstance(value, str) and isinstance(expected, str) and value.endswith(expected)
@@ -206,9 +205,12 @@ def _under(value: str, expected: str) -> bool:
 def signed_value(decision: Decision) -> Any:
     """What a signature of this decision covers besides ids, reason and approver.
 
-    A plain decision signs ``approve`` / ``deny``; a standing one also its ``always`` and its
-    tests, so a signature for one call cannot be turned into a standing approval; a
-    ``resolve`` its result, so a signature for one result cannot record another.
+    A plain decision signs ``approve`` / ``deny``; a standing one also its ``always``, its
+    tests and its bounds (``max_uses``, ``for_s``, ``total``: each only when set, so one
+    without bounds signs as before them), so a signature for one call cannot be turned into
+    a standing approval, nor bounds added, changed or dropped; a ``resolve`` its result, so a
+    signature for one result cannot record another. Bounds on a decision without ``always``
+    are refused (``check_standing``), never signed away.
     """
     if decision.decision == "resolve":  # the result recorded is what was signed
         return {"decision": "resolve", "result": decision.result}
@@ -218,6 +220,7 @@ def signed_value(decision: Decision) -> Any:
         "decision": decision.decision,
         "always": True,
         "when": [c.model_dump(mode="json") for c in decision.always_when],
+        **signed_bounds(decision),
     }
 
 
@@ -225,8 +228,10 @@ def check_standing(decision: Decision, spec: ToolSpec | None) -> None:
     """Refuse an ``always`` decision that cannot stand.
 
     Raises:
-        InputRejected: it denies, or the tool asks a person for every call.
+        InputRejected: it denies, the tool asks a person for every call, or its bounds
+            (``keel.workflows.standing_bounds.check_bounds``) are refused.
     """
+    check_bounds(decision)
     if not decision.always:
         if decision.always_when:
             raise InputRejected("always_when needs always")
