@@ -46,6 +46,9 @@ class SessionDecider(SessionReader):
         key: ApproverKey | None = None,
         always: bool = False,
         always_when: Sequence[Condition] = (),
+        max_uses: int | None = None,
+        for_s: float | None = None,
+        total: Condition | None = None,
     ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
@@ -60,11 +63,16 @@ class SessionDecider(SessionReader):
                 (a standing approval; see ``policy`` and ``revoke``).
             always_when: tests a later call's input must pass to be covered
                 (``keel.workflows.standing.parse_conditions`` reads them from text).
+            max_uses: with ``always``: how many later calls it covers at most.
+            for_s: with ``always``: for how many seconds from now it stands.
+            total: with ``always``: a running total over a numeric field of the covered
+                calls' inputs, ``amount <= 100`` (``Condition(field="amount", op="<=",
+                value=100)``); a call whose amount does not fit what is left asks.
 
         Raises:
             RequestRejected: the id is unknown or no longer pending, the approver is not
-                allowed, or the signature is missing or wrong; nothing was written to the
-                session's history.
+                allowed, the signature is missing or wrong, or bounds are given without
+                ``always``; nothing was written to the session's history.
         """
         update = Decision(
             interrupt_id=interrupt_id,
@@ -73,6 +81,9 @@ class SessionDecider(SessionReader):
             approver=approver,
             always=always,
             always_when=list(always_when),
+            max_uses=max_uses,
+            for_s=for_s,
+            total=total,
         )
         return await self._send_decision(session_id, update, key)
 
