@@ -160,7 +160,7 @@ def describe_left(approval: StandingApproval, now: datetime) -> str:
     said = []
     if "uses_left" in remaining:
         n = remaining["uses_left"]
-        said.append(f"{n} of {approval.max_uses} use{'' if n == 1 else 's'} left")
+        said.append(f"{n} of {approval.max_uses} use{'' if approval.max_uses == 1 else 's'} left")
     if "expires_in_s" in remaining:
         seconds = remaining["expires_in_s"]
         said.append(f"expires in {seconds:.0f} s" if seconds > 0 else "expired")
