@@ -19,7 +19,7 @@ what the next run carries       worst case                                  byte
 prompts queued                  ``QUEUED_PROMPT_BYTES``                       256,056
 conversation not stored yet     the running prompt, guidance shown             296,673
 guidance waiting                ``STEERING_QUEUED`` x ``STEER_BYTES``           40,059
-standing approvals              ``STANDING_APPROVALS`` x 10 x ``TEST_BYTES``   178,717
+standing approvals              ``STANDING_APPROVALS`` x 11 x ``TEST_BYTES``   199,005
 closed interrupts (50)          ``ANSWER_BYTES`` (or a reason), a name         234,419
 ended client calls (50)         a client name, the note kept, the key          134,869
 turns (20)                      a cancel reason each                            44,011
@@ -27,10 +27,11 @@ events (50)                     names and ids (no tests, no texts)              
 update ids and answers          ``UPDATE_MEMORY_BYTES`` twice                  123,628
 ==============================  ==========================================  =========
 
-1,333,625 bytes in all with a small configuration: about 700 KB under the 2 MB cap for a
+1,332,977 bytes in all with a small configuration: about 700 KB under the 2 MB cap for a
 larger configuration and what the model wrote. A client's result (``CLIENT_RESULT_BYTES``) is
 not carried: a worker checks it before the session may continue-as-new, and the ledger then
-keeps only its digest. A standing approval's tests are kept in the approval only (its event
+keeps only its digest. A standing approval's tests (10, and its ``total``: 11 tests' worth,
+with its other bounds, ``MAX_USES`` and ``MAX_FOR_S``) are kept in the approval only (its event
 counts them) and dropped guidance is counted, not kept; a revoked approval is kept in the
 revoke's answer (within ``UPDATE_MEMORY_BYTES``), and an answer in its interrupt and in the
 cycle that waits for it (4,000 bytes per question the model's tool calls asked).

@@ -337,8 +337,14 @@ async def test_bounds_without_always_are_refused_naming_the_field(
             await handle.execute_update("decide", raw)
         total = {"field": "amount", "op": ">", "value": 1}
         raw = {"interrupt_id": asking.id, "decision": "approve", "always": True, "total": total}
-        with pytest.raises(WorkflowUpdateFailedError):
+        with pytest.raises(WorkflowUpdateFailedError) as failed:
             await handle.execute_update("decide", raw)
+        assert "total: the operator must be <= or <" in str(failed.value.cause)
+        for over, said in (({"max_uses": 10**7}, "max_uses is"), ({"for_s": 4e7}, "for_s is")):
+            raw = {"interrupt_id": asking.id, "decision": "approve", "always": True, **over}
+            with pytest.raises(WorkflowUpdateFailedError) as failed:
+                await handle.execute_update("decide", raw)
+            assert said in str(failed.value.cause), failed.value.cause
         await keel.decide(session, asking.id, "approve")
         done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
     assert done.status == "completed"
