@@ -22,7 +22,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from keel import KeelClient, RequestRejected, TurnRecord
 from keel.workflows.boundary import InputRejected
-from keel.workflows.contracts import Condition, Decision, Interrupt, StandingApproval
+from keel.workflows.contracts import (
+    Condition,
+    Decision,
+    Interrupt,
+    SessionConfig,
+    StandingApproval,
+)
+from keel.workflows.inheritance import inherited_standing
 from keel.workflows.signing import SIGNING_V2, BadSignature, approval_message, verify
 from keel.workflows.standing import check_standing, signed_value
 from keel.workflows.standing_bounds import count, describe_left, fits, left
@@ -416,3 +423,16 @@ async def test_a_captured_signed_bounded_approval_cannot_be_rebounded(
         done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
     assert done.status == "completed"
     assert out.read_text().splitlines() == ["1", "2"]
+
+
+def test_a_bounded_standing_approval_is_not_handed_to_a_sub_agent() -> None:
+    """A child's copy would count its uses and total apart from its parent's: it asks."""
+    config = SessionConfig(model="scripted:x")
+    plain = StandingApproval(tool="t", granted_by="alice", interrupt_id="i1", turn=1)
+    for bound in (
+        {"max_uses": 2},
+        {"expires_at": "2026-01-01T00:00:00+00:00"},
+        {"total": AMOUNT_100},
+    ):
+        limited = plain.model_copy(update={"tool": "u", **bound})
+        assert inherited_standing(config, [plain, limited]) == [plain]
