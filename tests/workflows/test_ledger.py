@@ -171,6 +171,8 @@ def every_field_set() -> Ledger:
         },
         effects_dropped=2,
         prompt_at={1: (0, 0), 3: (4, 1)},
+        cost_usd=0.25,
+        budgets={"session_tokens": 5_000, "session_cost": 2.5},
         replay=ReplayProgress(
             matched={3: [0]},
             calls={3: 2},
