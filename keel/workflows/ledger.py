@@ -439,12 +439,23 @@ class Ledger(KeelModel):
     def grant(self, approval: StandingApproval) -> None:
         """Record a standing approval (replacing the tool's earlier one)."""
         self.standing[approval.tool] = approval
+        total = approval.total
+        bounds: dict[str, Any] = {  # each only when set: one without bounds records as before
+            name: value
+            for name, value in (
+                ("max_uses", approval.max_uses),
+                ("expires_at", approval.expires_at),
+                ("total", None if total is None else f"{total.field} {total.op} {total.value}"),
+            )
+            if value is not None
+        }
         self.emit(
             "standing_approval_granted",
             turn=approval.turn,
             tool=approval.tool,
             by=approval.granted_by,
             tests=len(approval.when),  # the tests themselves are in ``standing``, once
+            **bounds,
         )
 
     def revoke(self, tool: str, by: str | None) -> StandingApproval:
@@ -452,6 +463,17 @@ class Ledger(KeelModel):
         approval = self.standing.pop(tool)
         self.emit("standing_approval_revoked", turn=self.current_turn, tool=tool, by=by)
         return approval
+
+    def run_out(self, approval: StandingApproval, why: str, turn: int | None = None) -> None:
+        """End a standing approval past one of its bounds; the tool's next call asks."""
+        if self.standing.get(approval.tool) is approval:
+            del self.standing[approval.tool]
+        self.emit(
+            "standing_approval_exhausted",
+            turn=self.current_turn if turn is None else turn,
+            tool=approval.tool,
+            why=why,
+        )
 
     def _refresh_status(self, record: TurnRecord) -> None:
         """A running turn is ``awaiting_human`` while any of its interrupts waits."""

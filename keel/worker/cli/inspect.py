@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from keel.worker.cli import flags
@@ -107,10 +108,13 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 def print_standing(standing: Sequence[StandingApproval]) -> None:
     """One line per standing approval: the tool, for which calls, by whom (keel policy)."""
     from keel.workflows.standing import describe
+    from keel.workflows.standing_bounds import bounded, describe_left
 
+    now = datetime.now(UTC)
     for approval in standing:
         by = f" by {approval.granted_by}" if approval.granted_by else ""
-        print(f"[approved always: {approval.tool}, {describe(approval.when)}{by}]")
+        left = f"; {describe_left(approval, now)}" if bounded(approval) else ""
+        print(f"[approved always: {approval.tool}, {describe(approval.when)}{by}{left}]")
 
 
 async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:

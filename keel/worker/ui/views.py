@@ -18,6 +18,7 @@ from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.interrupt_kinds import fields, kind_of
 from keel.workflows.messages import ContentBlock, Message, ToolResult
 from keel.workflows.standing import describe
+from keel.workflows.standing_bounds import bounded, describe_left
 
 # Text longer than this (characters or lines) is shown collapsed, behind a summary.
 LONG_CHARS = 500
@@ -221,6 +222,7 @@ class StandingView:
     tool: str
     when: str
     granted_by: str | None
+    left: str = ""
 
 
 def session_view(state: SessionState) -> SessionView:
@@ -263,7 +265,12 @@ def session_view(state: SessionState) -> SessionView:
             if e.type == "tool_retried"
         ],
         standing=[
-            StandingView(tool=a.tool, when=describe(a.when), granted_by=a.granted_by)
+            StandingView(
+                tool=a.tool,
+                when=describe(a.when),
+                granted_by=a.granted_by,
+                left=describe_left(a, datetime.now(UTC)) if bounded(a) else "",
+            )
             for a in state.pending.standing
         ],
     )
