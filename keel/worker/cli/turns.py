@@ -242,6 +242,11 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     always = getattr(args, "always", False) or getattr(args, "always_when", None) is not None
     when = _always_when(args)
     bounds = standing_bounds(args, always)
+    extend = getattr(args, "extend", None)
+    if extend is not None and not (0 < extend < float("inf")):
+        from keel.worker.cli.run_inputs import UsageError
+
+        raise UsageError("--extend must be a number more than 0")
     decision = Decision(
         interrupt_id=args.id,
         decision=args.decision,
@@ -249,7 +254,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
         approver=approver_name(args),
         always=always,
         always_when=when,
-        extend=getattr(args, "extend", None),
+        extend=extend,
         **bounds,
     )
     within_limits(decision)
