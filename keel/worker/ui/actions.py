@@ -172,12 +172,35 @@ async def _cancel(
     return Outcome(f"Turn {ack.turn_id} is being cancelled.")
 
 
+async def _budget(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    """Raise the session's token or cost budget (``keel budget``)."""
+    tokens_text, cost_text = form.get("tokens", "").strip(), form.get("cost", "").strip()
+    if not tokens_text and not cost_text:
+        raise AccessDenied(400, "give a token budget, a cost budget or both")
+    try:
+        tokens = int(tokens_text) if tokens_text else None
+        cost = float(cost_text) if cost_text else None
+    except ValueError:
+        raise AccessDenied(400, "a budget is a number: tokens a whole one, dollars any") from None
+    if (tokens is not None and tokens <= 0) or (cost is not None and not 0 < cost < 1e12):
+        raise AccessDenied(400, "a budget must be more than 0")
+    _remember_name(visit, form)
+    by = ui.identity(await keel.config(session), visit)
+    ack = await keel.budget(session, tokens=tokens, cost_usd=cost, by=by)
+    said = [f"{ack.tokens:,} tokens" if ack.tokens is not None else "", ""]
+    said[1] = f"${ack.cost_usd:g}" if ack.cost_usd is not None else ""
+    return Outcome(f"Session budget now {' and '.join(x for x in said if x)}.")
+
+
 Action = Callable[[UiContext, KeelClient, str, dict[str, str], Visit], Awaitable[Outcome]]
 ACTIONS: dict[str, Action] = {
     "decide": _decide,
     "respond": _respond,
     "steer": _steer,
     "cancel": _cancel,
+    "budget": _budget,
 }
 
 
