@@ -3,10 +3,14 @@
 ``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
-    turn_token_budget, token_budget, model_retry_s, context_messages, output_schema, notify,
+    turn_token_budget, token_budget, price, model_retry_s, context_messages, output_schema,
+    notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
     effects (tool name -> read | idempotent | write), [agents.NAME] (+ description)
 
+``price = {input = 3, output = 15}`` (US dollars per million input and output tokens)
+becomes ``SessionConfig.price``, over the workers' price table; a sub-agent without its own
+runs at its parent's when it runs the same model (``keel.workflows.child_budgets``).
 ``effects`` becomes ``SessionConfig.tool_effects``; a sub-agent's table inherits its parent's
 and may set its own, tool by tool (a tool's class is a fact about the tool, not a rule).
 
@@ -34,6 +38,7 @@ from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected
+from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, SubAgent, notify_urls
 from keel.workflows.effect_tables import EffectTableError, effect_table, narrowed
 from keel.workflows.inheritance import child_config
@@ -64,6 +69,7 @@ class _AgentTable(BaseModel):
     max_cycles: int | None = Field(default=None, gt=0)
     turn_token_budget: int | None = Field(default=None, gt=0)
     token_budget: int | None = Field(default=None, gt=0)
+    price: ModelPrice | None = None
     model_retry_s: float | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
@@ -188,6 +194,7 @@ class _Reader:
             "max_cycles_per_turn": table.max_cycles,
             "max_turn_tokens": table.turn_token_budget,
             "max_session_tokens": table.token_budget,
+            "price": table.price,
             "model_retry_s": table.model_retry_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
