@@ -41,9 +41,9 @@ class Left:
     def spent(self) -> str | None:
         """Why no child may start: the budget that is spent; None when some is left."""
         if self.tokens is not None and self.tokens <= 0:
-            return "its token budget is spent"
+            return "token budget is spent"
         if self.cost_usd is not None and self.cost_usd <= 0:
-            return "its cost budget is spent"
+            return "cost budget is spent"
         return None
 
 

@@ -149,7 +149,7 @@ class SubAgents:
             budget = left(self._config, self._ledger, record)
             spent = budget.spent()
             if spent is not None:
-                return error_result(use.toolUseId, f"sub-agent not started: the turn's {spent}")
+                return error_result(use.toolUseId, f"sub-agent not started: the parent's {spent}")
             config = bounded(config, self._config, budget)
         parent = workflow.info().workflow_id
         child_id = child_session_id(parent, f"{use.name}-{use.toolUseId}")
