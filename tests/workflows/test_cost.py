@@ -3,6 +3,7 @@ and sub-agents' spend rolled up into their parent's and bounded by its budget.""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from keel import KeelClient, SubAgent
 from keel.workflows.budget_contracts import ModelPrice
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
 
 PRICE = ModelPrice(input=3, output=15)
 # respond(tokens=10): 10 in, 10 out; at $3 / $15 per million: $0.00018 a call
@@ -98,11 +100,14 @@ async def test_a_sub_agents_spend_is_in_its_parents_totals_and_listed_apart(
         price=PRICE,
         agents={"researcher": SubAgent(description="Finds facts.", config=researcher)},
     )
-    session = sid()
+    # replay runs a history under its file's name: the recorded parent must have that id
+    recording = os.environ.get("KEEL_RECORD_HISTORIES") == "1"
+    session = "sub_agent_spend" if recording else sid()
     async with run_worker():
         record = await keel.run(session, "research", config=parent)
         state = await keel.state(session)
         child = await keel.state(f"{session}/researcher-r1")
+    await save_history(keel.client, session, "sub_agent_spend")
     child_cost = 200 / 1_000_000
     assert child.cost_usd == pytest.approx(child_cost)
     assert record.status == "completed", record
