@@ -307,7 +307,7 @@ class ModelActivities:
             request.cycle,
             response.stopReason,
         )
-        price = request.price or self.prices.price(request.model)
+        price = request.price if request.price is not None else self.prices.price(request.model)
         extra["cost_usd"] = call_cost(price, response.usage)
         return response.model_copy(update=extra)
 
