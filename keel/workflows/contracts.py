@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from keel.workflows.budget_contracts import ModelPrice, OnBudget
+from keel.workflows.cost import Spend
 from keel.workflows.keel_model import KeelModel as KeelModel  # re-exported: its old home
 from keel.workflows.messages import (
     ContentBlock,
@@ -650,8 +651,13 @@ class TurnRecord(KeelModel):
         output: the structured output (the input of the accepted ``final_result`` call) of
             a session with an ``output_schema``; None otherwise.
         reminders: how often the model was told to call ``final_result`` in this turn.
-        cost_usd: what the turn's model calls cost in US dollars, when every one's price
-            and usage are known; None otherwise (unknown, never 0).
+        cost_usd: what the turn's model calls (and its sub-agents) cost in US dollars: the
+            known part, None while no call's cost is known (never 0 for unknown;
+            ``keel.workflows.cost``).
+        cost_unknown: some call's cost is unknown (no price, or usage not reported):
+            ``cost_usd`` leaves it out, the turn cost at least that much.
+        sub_agents: what the turn's sub-agents spent, by sub-agent name (also counted in
+            ``usage`` and ``cost_usd``).
         allowance: what people granted the turn past its caps, by cap name
             (``keel.workflows.budget_contracts.CapName``): extra model calls, tokens, dollars.
     """
@@ -667,6 +673,8 @@ class TurnRecord(KeelModel):
     output: Any = None
     reminders: int = 0
     cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
     allowance: dict[str, float] = Field(default_factory=dict)
 
 
@@ -716,7 +724,9 @@ class SessionState(KeelModel):
     toolResult in ``messages`` that the tool activity stored has no content here: its digest
     is in ``result_refs`` (by toolUseId), and ``KeelClient.state`` reads it back.
     ``prompt_at`` says where each turn's prompt is (``Ledger.prompt_at``); ``replay`` how a
-    replay session follows its recording.
+    replay session follows its recording. ``usage`` and ``cost_usd`` / ``cost_unknown`` are
+    the session's totals, its sub-agents' included; ``sub_agents`` lists those apart, by
+    sub-agent name (``keel.workflows.cost``).
     """
 
     session_id: str
@@ -735,6 +745,9 @@ class SessionState(KeelModel):
     run: int = 1
     prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
     replay: ReplayProgress | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
 
 
 class Notification(KeelModel):
@@ -768,9 +781,13 @@ class SessionResult(KeelModel):
     Attributes:
         last_turn: the session's last turn: for a single-turn session (``run_agent``, a
             sub-agent), its one turn.
+        cost_usd: what the session cost in US dollars, as ``Ledger.cost_usd`` says.
+        cost_unknown: some of its calls' cost is unknown (``Ledger.cost_unknown``).
     """
 
     session_id: str
     turns: int
     usage: TokenUsage
     last_turn: TurnRecord | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False

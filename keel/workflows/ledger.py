@@ -41,6 +41,7 @@ from keel.workflows.contracts import (
     TurnRecord,
     TurnStatus,
 )
+from keel.workflows.cost import Spend, add_cost
 from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.limits import UPDATE_MEMORY_BYTES
 from keel.workflows.messages import (
@@ -143,8 +144,11 @@ class Ledger(KeelModel):
             it (a prompt may join a trailing user message). Kept for every turn: a replay
             or an export splits the conversation into turns with it.
         replay: a replay session's progress through its recording (``SessionConfig.replay``).
-        cost_usd: what the session's model calls cost in US dollars, when every one's price
-            and usage are known; None otherwise.
+        cost_usd: what the session's model calls (and its sub-agents) cost in US dollars:
+            the known part, None while no call's cost is known (``keel.workflows.cost``).
+        cost_unknown: some call's cost is unknown: ``cost_usd`` leaves it out.
+        sub_agents: what the session's sub-agents spent, by sub-agent name; also counted in
+            ``usage`` and ``cost_usd``.
         budgets: the session's caps as raised by the ``budget`` update, by cap name
             (``session_tokens``, ``session_cost``), over ``SessionConfig``'s.
     """
@@ -182,6 +186,8 @@ class Ledger(KeelModel):
     prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
     replay: ReplayProgress | None = None
     cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
     budgets: dict[str, float] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
@@ -265,6 +271,23 @@ class Ledger(KeelModel):
         """Count a model call's tokens for the turn and the session."""
         record.usage = record.usage + usage
         self.usage = self.usage + usage
+
+    def add_cost(self, record: TurnRecord, cost_usd: float | None) -> None:
+        """Count a model call's cost (None: unknown) for the turn and the session."""
+        record.cost_usd, record.cost_unknown = add_cost(
+            record.cost_usd, record.cost_unknown, cost_usd
+        )
+        self.cost_usd, self.cost_unknown = add_cost(self.cost_usd, self.cost_unknown, cost_usd)
+
+    def add_sub_agent(self, record: TurnRecord, name: str, spend: Spend) -> None:
+        """Count what a sub-agent's session spent: in the totals, and listed apart."""
+        self.add_usage(record, spend.usage)
+        for holder in (record, self):
+            if spend.cost_usd is not None:
+                holder.cost_usd = (holder.cost_usd or 0.0) + spend.cost_usd
+            holder.cost_unknown = holder.cost_unknown or spend.cost_unknown
+            listed = holder.sub_agents.get(name)
+            holder.sub_agents[name] = spend if listed is None else listed + spend
 
     # ------------------------------------------------------------------ turns and events
 
