@@ -220,3 +220,28 @@ async def test_a_signed_grant_covers_its_amount(
         await keel.decide(session, interrupt.id, "approve", approver="alice", key=alice, extend=1)
         record = await keel.wait_turn(session, 1, timeout_s=30)
     assert record.status == "awaiting_human" and record.cycles == 2
+
+
+async def test_a_cost_cap_asks_and_names_the_dollars(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.txt"
+    session = sid()
+    # $1,000 per million tokens, 20 tokens a call: $0.02 a call; the cap of $0.03 after two
+    config = script(
+        loop(ledger, 3, tokens=10),
+        price={"input": 1000, "output": 1000},
+        max_turn_cost_usd=0.03,
+    )
+    async with run_worker():
+        record = await keel.run(session, "go", config=config, timeout_s=30)
+        assert record.status == "awaiting_human" and record.cycles == 2
+        interrupt = await parked_on_budget(keel, session)
+        assert interrupt.tool_use.input["cap"] == "turn_cost"
+        assert interrupt.tool_use.input["limit"] == 0.03
+        assert "turn cost $0.0400 of its budget of $0.03" in interrupt.reason
+        await keel.decide(session, interrupt.id, "approve", approver="ops", extend=1)
+        done = await keel.wait_turn(session, 1, timeout_s=30)
+    assert done.status == "completed" and done.cycles == 4
+    assert done.cost_usd is not None and abs(done.cost_usd - 0.08) < 1e-9
+    await save_history(keel.client, session, "budget_cost")
