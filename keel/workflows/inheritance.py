@@ -57,8 +57,13 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
         InputRejected: the sub-agent's rules would widen the parent's.
     """
     approvers = _approvers(parent, child, name)
-    keys = _keys(parent, child, approvers, name)
+    escalate = _escalation(parent, child, name)
+    keys = _keys(parent, child, approvers, name, escalation_approvers(escalate))
     timeouts = [t for t in (parent.approval_timeout_s, child.approval_timeout_s) if t]
+    timeout = min(timeouts) if timeouts else None
+    problem = escalation_problem(escalate, approvers, keys, timeout)
+    if problem is not None:
+        raise InputRejected(f"sub-agent {name!r}: {problem}")
     policies = [*parent.policies, *child.policies]
     if parent.policy is not None:
         policies.append(parent.policy)
@@ -66,8 +71,9 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
         update={
             "approvers": approvers,
             "approver_keys": keys,
+            "escalate": escalate,
             "approval_tools": sorted({*parent.approval_tools, *child.approval_tools}),
-            "approval_timeout_s": min(timeouts) if timeouts else None,
+            "approval_timeout_s": timeout,
             "policies": [p for i, p in enumerate(policies) if p not in policies[:i]],
             "tool_effects": _effects(parent, child, name),
             **_judge_rule(parent, child, name),

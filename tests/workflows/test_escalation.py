@@ -1,0 +1,289 @@
+"""Escalation (issue 44): an approval still pending after its time may be decided by more people.
+
+On a real dev server: the escalation approver is refused before the step and accepted
+after; signed; with the worker stopped and a new one started before the step comes (the
+timer is Temporal's, not the process's); the approval timeout stays the last word. And the
+rules that keep escalation from widening who decides: the session's own settings, the CLI's
+flag and a sub-agent's inheritance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from temporalio.client import WorkflowFailureError
+
+from keel import KeelClient, RequestRejected
+from keel.workflows.boundary import InputRejected
+from keel.workflows.contracts import Interrupt, SessionConfig, SubAgent
+from keel.workflows.escalation_contracts import EscalationStep
+from keel.workflows.inheritance import child_config
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+from tests.helpers.temporal import save_history
+from tests.helpers.webhooks import receiver
+from tests.workflows.test_signed_approvals import keys
+
+STEP_S = 2.0
+
+
+def sid() -> str:
+    return f"esc-{uuid.uuid4().hex[:10]}"
+
+
+def steps(target: Path) -> list[dict[str, Any]]:
+    asked = tool_use("g1", "guarded_record", path=str(target), value="v")
+    return [respond(text("needs a human"), asked, stop="tool_use"), respond(text("done"))]
+
+
+async def escalated(keel: KeelClient, session: str, timeout_s: float = 20) -> Interrupt:
+    """The session's pending interrupt once it has escalated (polled)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        [interrupt] = (await keel.pending(session)).interrupts
+        if interrupt.escalated:
+            return interrupt
+        assert asyncio.get_running_loop().time() < deadline, "the interrupt never escalated"
+        await asyncio.sleep(0.1)
+
+
+def waited(interrupt: Interrupt) -> float:
+    """Seconds from the interrupt's opening to its escalation, as the workflow saw them."""
+    assert interrupt.opened_at and interrupt.escalated_at
+    opened = datetime.fromisoformat(interrupt.opened_at)
+    return (datetime.fromisoformat(interrupt.escalated_at) - opened).total_seconds()
+
+
+async def test_the_escalation_approver_decides_only_after_the_step(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    session = sid()
+    with receiver() as hook:
+        config = script(
+            steps(target),
+            approvers=["alice"],
+            escalate=[{"after_s": STEP_S, "approvers": ["lead"]}],
+            notify=[hook.url],
+        )
+        async with run_worker():
+            waiting = await keel.run(session, "go", config=config, timeout_s=30)
+            [interrupt] = waiting.interrupts
+            assert interrupt.may_decide == ["alice"] and interrupt.next_approvers == ["lead"]
+            assert interrupt.escalated == 0 and interrupt.next_escalation_at is not None
+            with pytest.raises(RequestRejected, match="only once it escalates to them"):
+                await keel.decide(session, interrupt.id, "approve", approver="lead")
+            with pytest.raises(RequestRejected, match="not an approver"):
+                await keel.decide(session, interrupt.id, "approve", approver="mallory")
+            later = await escalated(keel, session)
+            assert later.may_decide == ["alice", "lead"] and later.escalated_to == ["lead"]
+            assert later.next_escalation_at is None and later.next_approvers == []
+            assert STEP_S <= waited(later) < STEP_S + 5
+            events = await hook.arrival(2)
+            with pytest.raises(RequestRejected, match="not an approver"):
+                await keel.decide(session, interrupt.id, "approve", approver="mallory")
+            ack = await keel.decide(session, interrupt.id, "approve", approver="lead")
+            assert ack.status == "approved"
+            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+            state = await keel.state(session)
+        await save_history(keel.client, session, "escalation_approved")
+    assert done.status == "completed" and target.read_text().splitlines() == ["v"]
+    [step] = [e for e in state.events if e.type == "interrupt_escalated"]
+    assert step.detail["approvers"] == ["lead"] and step.detail["step"] == 1
+    posted = events[1].event
+    assert posted["event"] == "interrupt_escalated" and posted["approvers"] == ["lead"]
+    assert posted["id"] == f"{session}/interrupt/{interrupt.id}/escalated/1"
+    assert posted["may_decide"] == ["alice", "lead"] and posted["text"].startswith(
+        "Escalated to lead"
+    )
+
+
+async def test_signed_escalation_survives_a_new_worker(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    k = keys(tmp_path, "alice", "lead")
+    lead = k["lead"][0]
+    target = tmp_path / "out.txt"
+    session = sid()
+    config = script(
+        steps(target),
+        approvers=["alice"],
+        approver_keys={"alice": k["alice"][1], "lead": k["lead"][1]},
+        escalate=[{"after_s": STEP_S + 1, "approvers": ["lead"]}],
+    )
+    async with run_worker():
+        waiting = await keel.run(session, "go", config=config, timeout_s=30)
+        [interrupt] = waiting.interrupts
+        with pytest.raises(RequestRejected, match="only once it escalates to them"):
+            await keel.decide(session, interrupt.id, "approve", approver="lead", key=lead)
+    # no worker for a while: the step's timer is Temporal's, and a new worker takes it up
+    await asyncio.sleep(0.5)
+    async with run_worker():
+        later = await escalated(keel, session)
+        assert STEP_S + 1 <= waited(later) < STEP_S + 6
+        with pytest.raises(RequestRejected, match="is not signed"):
+            await keel.decide(session, interrupt.id, "approve", approver="lead")
+        ack = await keel.decide(session, interrupt.id, "approve", approver="lead", key=lead)
+        assert ack.status == "approved"
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "escalation_signed_new_worker")
+    assert done.status == "completed" and target.read_text().splitlines() == ["v"]
+    [decided] = [e for e in state.events if e.type == "interrupt_decided"]
+    assert decided.detail["by"] == "lead" and decided.detail["key"]
+
+
+async def test_the_approval_timeout_stays_the_last_word(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    session = sid()
+    config = script(
+        steps(target),
+        escalate=[{"after_s": 1, "approvers": ["lead"]}, {"after_s": 2, "approvers": ["boss"]}],
+        approval_timeout_s=3,
+    )
+    async with run_worker():
+        waiting = await keel.run(session, "go", config=config, timeout_s=30)
+        [interrupt] = waiting.interrupts
+        assert interrupt.may_decide == [] and interrupt.next_approvers == ["lead"]
+        with pytest.raises(RequestRejected, match="only once it escalates"):
+            await keel.decide(session, interrupt.id, "approve", approver="boss")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30, through_interrupts=True)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "escalation_then_timeout")
+    assert done.status == "completed" and not target.exists()
+    kinds = [e.type for e in state.events if e.type.startswith("interrupt_")]
+    assert kinds == [
+        "interrupt_created",
+        "interrupt_escalated",
+        "interrupt_escalated",
+        "interrupt_decided",
+    ]
+    assert state.events[-1].type != "interrupt_escalated"
+    [closed] = [e for e in state.events if e.type == "interrupt_decided"]
+    assert closed.detail["status"] == "timed_out"
+
+
+# ------------------------------------------------------------------------------ the rules
+
+
+def test_escalation_steps_are_checked() -> None:
+    base: dict[str, Any] = {"model": "scripted:x.json", "approvers": ["alice"]}
+    cases = [
+        ([{"after_s": 0, "approvers": ["lead"]}], "greater than 0"),
+        ([{"after_s": 5, "approvers": []}], "at least 1"),
+        (
+            [{"after_s": 5, "approvers": ["lead"]}, {"after_s": 5, "approvers": ["boss"]}],
+            "increasing time",
+        ),
+        ([{"after_s": 5, "approvers": ["alice"]}], "already one of the session's approvers"),
+        (
+            [{"after_s": 5, "approvers": ["lead"]}, {"after_s": 9, "approvers": ["lead"]}],
+            "more than one step",
+        ),
+    ]
+    for escalate, problem in cases:
+        with pytest.raises(ValidationError, match=problem):
+            SessionConfig(**base, escalate=escalate)
+    with pytest.raises(ValidationError, match="at or after the approval timeout"):
+        SessionConfig(
+            **base, approval_timeout_s=5, escalate=[{"after_s": 5, "approvers": ["lead"]}]
+        )
+    with pytest.raises(ValidationError, match="'lead' has no approver key"):
+        SessionConfig(
+            **base,
+            approver_keys={"alice": "ed25519:x"},
+            escalate=[{"after_s": 5, "approvers": ["lead"]}],
+        )
+
+
+async def test_a_start_with_an_unsigned_escalation_approver_fails_the_session(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """A client that skips validation: the workflow refuses the settings at start."""
+    k = keys(tmp_path, "alice")
+    config = script(steps(tmp_path / "out.txt"), approver_keys={"alice": k["alice"][1]})
+    raw = config.model_dump(mode="json")
+    raw["escalate"] = [{"after_s": 5, "approvers": ["lead"]}]
+    session = sid()
+    async with run_worker():
+        await keel.client.start_workflow(
+            "AgentSession", {"config": raw}, id=session, task_queue=keel.task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await keel.client.get_workflow_handle(session).result()
+    assert "'lead' has no approver key" in str(failed.value.cause)
+
+
+def _parent(**more: Any) -> SessionConfig:
+    return SessionConfig(model="scripted:x.json", approvers=["alice"], **more)
+
+
+def test_a_sub_agent_keeps_its_parents_steps_and_may_not_widen_them() -> None:
+    parent = _parent(escalate=[{"after_s": 60, "approvers": ["lead"]}])
+    child = SessionConfig(model="scripted:y.json")
+    assert child_config(parent, child, "c").escalate == [
+        EscalationStep(after_s=60, approvers=["lead"])
+    ]
+    later = SessionConfig(
+        model="scripted:y.json", escalate=[{"after_s": 90, "approvers": ["lead"]}]
+    )
+    assert child_config(parent, later, "c").escalate[0].after_s == 90  # stricter: later
+    sooner = SessionConfig(
+        model="scripted:y.json", escalate=[{"after_s": 5, "approvers": ["lead"]}]
+    )
+    assert child_config(parent, sooner, "c").escalate[0].after_s == 60  # never sooner
+    added = SessionConfig(model="scripted:y.json", escalate=[{"after_s": 5, "approvers": ["eve"]}])
+    with pytest.raises(InputRejected, match="escalates to 'eve', whom its parent never lets"):
+        child_config(parent, added, "c")
+    with pytest.raises(InputRejected, match="escalates to 'eve'"):
+        child_config(_parent(), added, "c")  # a parent without escalation
+    # the parent's approvers decide from the start; a child may hold one back until a step
+    held = SessionConfig(
+        model="scripted:y.json",
+        approvers=["alice"],
+        escalate=[{"after_s": 5, "approvers": ["bob"]}],
+    )
+    both = _parent().model_copy(update={"approvers": ["alice", "bob"]})
+    assert child_config(both, held, "c").escalate[0].approvers == ["bob"]
+
+
+def test_a_sub_agent_keeps_its_escalation_approvers_keys() -> None:
+    keys_ = {"alice": "ed25519:a", "lead": "ed25519:l", "eve": "ed25519:e"}
+    parent = SessionConfig.model_construct(
+        **{
+            **_parent().model_dump(),
+            "approver_keys": keys_,
+            "escalate": [EscalationStep(after_s=60, approvers=["lead"])],
+        }
+    )
+    child = SessionConfig(model="scripted:y.json", approvers=["alice"])
+    made = child_config(parent, child, "c")
+    assert made.approver_keys == {"alice": "ed25519:a", "lead": "ed25519:l"}
+    narrowed = SessionConfig(
+        model="scripted:y.json", approvers=["alice"], approver_keys={"alice": "ed25519:a"}
+    )
+    with pytest.raises(InputRejected, match="'lead' has no approver key"):
+        child_config(parent, narrowed, "c")
+    # and in a parent's own settings, checked as its session will be
+    agent = SubAgent(description="d", config=child)
+    assert agent.config.escalate == []
+
+
+def test_the_escalate_flag_is_read_and_checked() -> None:
+    from keel.worker.cli.run_inputs import UsageError, escalation_steps
+
+    assert escalation_steps(["30:lead", "90.5:boss, cto"]) == [
+        EscalationStep(after_s=30, approvers=["lead"]),
+        EscalationStep(after_s=90.5, approvers=["boss", "cto"]),
+    ]
+    for bad in ("30", "x:lead", "0:lead", "-1:lead", "inf:lead", "30:", "30: ,"):
+        with pytest.raises(UsageError, match="--escalate"):
+            escalation_steps([bad])
