@@ -171,6 +171,45 @@ async def test_the_approval_timeout_stays_the_last_word(
     assert closed.detail["status"] == "timed_out"
 
 
+async def test_a_sub_agents_approval_escalates_in_its_parent_too(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """The child's session keeps the timer (its parent's steps); the parent shows the step,
+    tells its own URLs, and the escalation approver decides through the parent."""
+    target = tmp_path / "w.txt"
+    writer = script(steps(target))
+    session = sid()
+    with receiver() as hook:
+        parent = script(
+            [
+                respond(tool_use("w1", "writer", prompt="write it"), stop="tool_use"),
+                respond(text("all done")),
+            ],
+            agents={"writer": SubAgent(description="Writes.", config=writer)},
+            approvers=["alice"],
+            escalate=[{"after_s": STEP_S, "approvers": ["lead"]}],
+            notify=[hook.url],
+        )
+        async with run_worker():
+            ack = await keel.prompt(session, "go", config=parent)
+            [posted] = await hook.arrival(1)
+            iid = posted.event["interrupt"]
+            with pytest.raises(RequestRejected, match="only once it escalates to them"):
+                await keel.decide(session, iid, "approve", approver="lead")
+            later = await escalated(keel, session)
+            assert later.id == iid and later.may_decide == ["alice", "lead"]
+            await hook.arrival(2)
+            await keel.decide(session, iid, "approve", approver="lead")
+            done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
+            await hook.arrival(3)
+            state = await keel.state(session)
+        await save_history(keel.client, session, "escalation_sub_agent")
+    assert done.status == "completed" and target.read_text().splitlines() == ["v"]
+    assert [e["event"] for e in hook.events()] == ["interrupt", "interrupt_escalated", "turn_ended"]
+    [shown] = [e for e in state.events if e.type == "interrupt_escalated"]
+    assert shown.detail["approvers"] == ["lead"]
+
+
 # ------------------------------------------------------------------------------ the rules
 
 
@@ -287,3 +326,36 @@ def test_the_escalate_flag_is_read_and_checked() -> None:
     for bad in ("30", "x:lead", "0:lead", "-1:lead", "inf:lead", "30:", "30: ,"):
         with pytest.raises(UsageError, match="--escalate"):
             escalation_steps([bad])
+
+
+def test_keel_pending_and_the_page_say_who_decides_and_the_next_step() -> None:
+    from keel.worker.cli.console import escalation_lines, interrupt_json
+    from keel.worker.ui.views import interrupts
+    from keel.workflows.escalation import escalate, started
+
+    config = _parent(
+        escalate=[{"after_s": 60, "approvers": ["lead"]}, {"after_s": 120, "approvers": ["boss"]}]
+    )
+    interrupt = Interrupt(
+        id="i1",
+        tool_use={"toolUseId": "t1", "name": "refund", "input": {}},
+        name="refund",
+        reason="r",
+        turn=1,
+    )
+    assert escalation_lines(interrupt) == [] and "may_decide" not in interrupt_json(interrupt)
+    opened = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    started(config, interrupt, opened)
+    assert escalation_lines(interrupt) == [
+        "may decide: alice",
+        "next step:  lead at 2026-01-01T00:01:00+00:00",
+    ]
+    escalate(config, interrupt, datetime.fromisoformat("2026-01-01T00:01:00+00:00"))
+    assert interrupt_json(interrupt)["may_decide"] == ["alice", "lead"]
+    assert interrupt_json(interrupt)["next_escalation"] == {
+        "at": "2026-01-01T00:02:00+00:00",
+        "approvers": ["boss"],
+    }
+    [view] = interrupts([interrupt])
+    assert view.may_decide == "alice, lead"
+    assert view.next_step == "boss at 2026-01-01T00:02:00+00:00"
