@@ -139,6 +139,39 @@ async def test_signed_escalation_survives_a_new_worker(
     assert decided.detail["by"] == "lead" and decided.detail["key"]
 
 
+async def test_a_step_comes_on_time_in_the_run_after_a_continue_as_new(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    config = script(
+        [
+            respond(tool_use("e1", "echo", text="warm up"), stop="tool_use"),
+            respond(tool_use("g1", "guarded_record", path=str(target), value="v"), stop="tool_use"),
+            respond(text("done")),
+        ],
+        approvers=["alice"],
+        escalate=[{"after_s": STEP_S + 1, "approvers": ["lead"]}],
+        continue_as_new_events=20,
+    )
+    session = sid()
+    async with run_worker():
+        waiting = await keel.run(session, "go", config=config, timeout_s=30)
+        [interrupt] = waiting.interrupts
+        for _ in range(100):  # the parked session moves to a new run while it waits
+            if (await keel.state(session, include_messages=False)).run > 1:
+                break
+            await asyncio.sleep(0.1)
+        later = await escalated(keel, session)
+        assert (await keel.state(session, include_messages=False)).run > 1
+        assert STEP_S + 1 <= waited(later) < STEP_S + 6
+        await keel.decide(session, interrupt.id, "approve", approver="lead")
+        done = await keel.wait_turn(session, waiting.turn_id, timeout_s=30)
+        state = await keel.state(session)
+    await save_history(keel.client, session, "escalation_across_continue_as_new")
+    assert done.status == "completed" and target.read_text().splitlines() == ["v"]
+    assert [e.type for e in state.events].count("interrupt_escalated") == 1
+
+
 async def test_the_approval_timeout_stays_the_last_word(
     keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
 ) -> None:
