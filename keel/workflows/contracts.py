@@ -65,6 +65,8 @@ EventType = Literal[
     "replay_answered",
     "replay_live_read",
     "replay_diverged",
+    "budget_granted",
+    "budget_raised",
     "interrupt_escalated",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.

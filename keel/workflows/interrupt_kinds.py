@@ -71,6 +71,7 @@ class KindSpec:
             JSON, clipped) and ``{command}`` (the first verb's command).
         model_texts: what the model reads when it closes without going ahead, by status
             (``*``: any other); also ``{who}`` (`` by APPROVER`` or nothing) and ``{why}``.
+        extends: approving it may grant an amount (``Decision.extend``: ``--extend N``).
     """
 
     name: str
@@ -83,6 +84,7 @@ class KindSpec:
     page_heading: str
     notice: str
     model_texts: Mapping[str, str]
+    extends: bool = False
 
     @property
     def update(self) -> Update:
@@ -159,6 +161,22 @@ KINDS: dict[str, KindSpec] = {
             ),
         },
     ),
+    "budget": KindSpec(
+        name="budget",
+        noun="a budget",
+        verbs=("approve", "deny"),
+        standing=False,
+        heading="budget reached: {reason}",
+        waiting="budget reached, waiting for a person: {reason}, interrupt {id}",
+        progress="budget reached, a person decides whether the turn goes on",
+        page_heading="Reached a {tool}: spend more?",
+        notice=(
+            "Keel session {session} reached a budget: {reason}. Grant as much again: "
+            "{command} (or --extend N); deny ends the turn"
+        ),
+        model_texts={"*": "the turn stopped at its budget ({name}): {why}"},
+        extends=True,
+    ),
 }
 
 
@@ -207,6 +225,8 @@ def decision_refusal(interrupt: Interrupt, decision: Decision) -> str | None:
         return "resolve needs the tool's result (result)"
     if decision.decision != "resolve" and decision.result is not None:
         return f"a result is recorded with resolve, not {decision.decision}"
+    if decision.extend is not None and not (spec.extends and decision.decision == "approve"):
+        return f"interrupt {interrupt.id!r} is {spec.noun}; extend only approves a budget"
     if decision.always and not spec.standing:
         return f"interrupt {interrupt.id!r} is {spec.noun}; an approval of it cannot stand (always)"
     return None
