@@ -392,3 +392,18 @@ def test_keel_pending_and_the_page_say_who_decides_and_the_next_step() -> None:
     [view] = interrupts([interrupt])
     assert view.may_decide == "alice, lead"
     assert view.next_step == "boss at 2026-01-01T00:02:00+00:00"
+
+
+def test_keel_watch_and_run_show_the_step() -> None:
+    from keel.worker.cli.follow import event_details, progress_line
+    from keel.workflows.contracts import Event
+
+    event = Event(
+        seq=7,
+        type="interrupt_escalated",
+        at="2026-01-01T00:01:00+00:00",
+        turn=1,
+        detail={"id": "i1", "kind": "approval", "step": 1, "approvers": ["lead"], "next_at": None},
+    )
+    assert event_details(event) == "i1 escalated to lead (step 1)"
+    assert progress_line(event) == "interrupt i1 escalated to lead (step 1)"
