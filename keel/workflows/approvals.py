@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Answer, Decision, Interrupt, SessionConfig, ToolSpec
+from keel.workflows.escalation import waiting_approvers
 from keel.workflows.interrupt_kinds import kind_of, refusal
 from keel.workflows.signing import BadSignature, approval_message, fingerprint, verify
 from keel.workflows.standing import signed_value
@@ -117,7 +118,7 @@ def _checked(
     refused = refusal(interrupt, sent.update)
     if refused is not None:
         raise InputRejected(refused)
-    _check_person(config, sent.person, sent.label)
+    _check_person(config, interrupt, sent.person, sent.label)
     messages = [
         approval_message(
             interrupt,
@@ -157,11 +158,18 @@ def _pending(interrupts: Mapping[str, Interrupt], interrupt_id: str) -> Interrup
     return interrupt
 
 
-def _check_person(config: SessionConfig, who: str | None, what: str) -> None:
+def _check_person(config: SessionConfig, interrupt: Interrupt, who: str | None, what: str) -> None:
+    """The person may decide this interrupt now: an approver, or one it escalated to."""
+    if who is not None and who in waiting_approvers(config, interrupt):
+        when = interrupt.next_escalation_at if who in interrupt.next_approvers else None
+        raise InputRejected(
+            f"{who!r} may decide interrupt {interrupt.id!r} only once it escalates to them"
+            + (f" (at {when})" if when else "")
+        )
     if config.approvers:
         if not who:
             raise InputRejected(f"this session names its approvers; the {what} names none")
-        if who not in config.approvers:
+        if who not in config.approvers and who not in interrupt.escalated_to:
             raise InputRejected(f"{who!r} is not an approver of this session")
 
 

@@ -17,10 +17,12 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from keel.workflows.budget_contracts import ModelPrice, OnBudget
 from keel.workflows.cost import Spend
+from keel.workflows.escalation_contracts import EscalationStep, escalation_problem
 from keel.workflows.keel_model import KeelModel as KeelModel  # re-exported: its old home
 from keel.workflows.messages import (
     ContentBlock,
@@ -67,6 +69,7 @@ EventType = Literal[
     "replay_diverged",
     "budget_granted",
     "budget_raised",
+    "interrupt_escalated",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
@@ -229,6 +232,11 @@ class SessionConfig(KeelModel):
         replay: set only for a replay (``keel replay``, ``keel eval``): the recording the
             session answers its tool calls from; none of its tools runs, but a ``read`` one
             with ``ReplayPlan.live_read`` (``keel.workflows.replaying``).
+        escalate: escalation steps, in increasing ``after_s``: an interrupt still pending
+            that long after it opened may also be decided by the step's approvers, who are
+            notified then (``keel.workflows.escalation``). Until their step, they may not
+            decide it. The approval timeout, if any, stays the last word (every step comes
+            before it); on a signed session each escalation approver needs a key.
     """
 
     model: str = Field(min_length=1)
@@ -264,11 +272,21 @@ class SessionConfig(KeelModel):
     max_session_cost_usd: float | None = Field(default=None, gt=0)
     price: ModelPrice | None = None
     replay: ReplayPlan | None = None
+    escalate: list[EscalationStep] = Field(default_factory=list)
 
     @field_validator("notify")
     @classmethod
     def _http_urls(cls, urls: list[str]) -> list[str]:
         return notify_urls(urls)
+
+    @model_validator(mode="after")
+    def _escalation(self) -> SessionConfig:
+        problem = escalation_problem(
+            self.escalate, self.approvers, self.approver_keys, self.approval_timeout_s
+        )
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class JudgeCriteria(KeelModel):
@@ -374,6 +392,14 @@ class Interrupt(KeelModel):
         signing: the version of the message a signature of its decision or answer covers
             (``keel.workflows.signing.approval_message``): 2 since the session's workflow
             took the ``keel-signing-v2`` patch, 1 for an interrupt opened before.
+        opened_at: when it opened (ISO time); set on a session with escalation steps.
+        escalated: how many of the session's escalation steps have come.
+        escalated_to: the approvers those steps added: they may decide it now.
+        escalated_at: when the last step came (ISO time).
+        may_decide: who may decide it now, on a session with escalation steps that names
+            its approvers (or their keys); empty: anyone but the approvers of steps to come.
+        next_escalation_at: when the next escalation step comes (ISO time), if one does.
+        next_approvers: who that step adds.
     """
 
     id: str
@@ -390,6 +416,13 @@ class Interrupt(KeelModel):
     key_fingerprint: str | None = None
     note: str | None = None
     signing: Literal[1, 2] = 1
+    opened_at: str | None = None
+    escalated: int = Field(default=0, ge=0)
+    escalated_to: list[str] = Field(default_factory=list)
+    escalated_at: str | None = None
+    may_decide: list[str] = Field(default_factory=list)
+    next_escalation_at: str | None = None
+    next_approvers: list[str] = Field(default_factory=list)
 
 
 ConditionOp = Literal["==", "!=", "startswith", "endswith", "in", "<", "<=", ">", ">=", "under"]

@@ -20,6 +20,10 @@ decide: the child may narrow them, never widen them.
 - ``tool_effects``: the parent's classes, which the child may make stricter (``read`` <
   ``idempotent`` < ``write``) but not looser: a tool the parent treats as ``write`` is not run
   again unasked after a crash in the child either.
+- ``escalate``: the parent's steps, which a child may make stricter (an approver's step later,
+  or an approver its parent lets decide from the start held back until a step), never looser:
+  a child's step may not name an approver its parent does not let decide by then. A child
+  naming no steps keeps its parent's. Each escalation approver keeps their key.
 - standing approvals the parent hands down: only those granted by an approver the child
   kept (and, when the child requires signatures, signed by that approver's key), and none
   with bounds (``keel.workflows.standing_bounds``): a child's copy would count its uses and
@@ -37,6 +41,11 @@ from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, StandingApproval
 from keel.workflows.effect_tables import EffectTableError, narrowed
 from keel.workflows.standing_bounds import bounded
+from keel.workflows.escalation_contracts import (
+    EscalationStep,
+    escalation_approvers,
+    escalation_problem,
+)
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:
@@ -51,8 +60,13 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
         InputRejected: the sub-agent's rules would widen the parent's.
     """
     approvers = _approvers(parent, child, name)
-    keys = _keys(parent, child, approvers, name)
+    escalate = _escalation(parent, child, name)
+    keys = _keys(parent, child, approvers, name, escalation_approvers(escalate))
     timeouts = [t for t in (parent.approval_timeout_s, child.approval_timeout_s) if t]
+    timeout = min(timeouts) if timeouts else None
+    problem = escalation_problem(escalate, approvers, keys, timeout)
+    if problem is not None:
+        raise InputRejected(f"sub-agent {name!r}: {problem}")
     policies = [*parent.policies, *child.policies]
     if parent.policy is not None:
         policies.append(parent.policy)
@@ -60,13 +74,38 @@ def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> Sess
         update={
             "approvers": approvers,
             "approver_keys": keys,
+            "escalate": escalate,
             "approval_tools": sorted({*parent.approval_tools, *child.approval_tools}),
-            "approval_timeout_s": min(timeouts) if timeouts else None,
+            "approval_timeout_s": timeout,
             "policies": [p for i, p in enumerate(policies) if p not in policies[:i]],
             "tool_effects": _effects(parent, child, name),
             **_judge_rule(parent, child, name),
         }
     )
+
+
+def _escalation(parent: SessionConfig, child: SessionConfig, name: str) -> list[EscalationStep]:
+    """The child's escalation steps: its parent's, each approver's step as late as either says.
+
+    An approver only the child's steps name must be one its parent lets decide by then: one
+    of the parent's approvers (or anyone, when the parent names none and does not hold them
+    back in a step of its own), or one of the parent's steps at or before the child's.
+    """
+    when = {who: step.after_s for step in parent.escalate for who in step.approvers}
+    for step in child.escalate:
+        for who in step.approvers:
+            theirs = when.get(who)
+            from_start = who in parent.approvers or (not parent.approvers and theirs is None)
+            if theirs is None and not from_start:
+                raise InputRejected(
+                    f"sub-agent {name!r} escalates to {who!r}, whom its parent never lets "
+                    "decide: a sub-agent may be stricter than its parent, never looser"
+                )
+            when[who] = max(step.after_s, theirs or 0.0)
+    steps: dict[float, list[str]] = {}
+    for who, after_s in when.items():
+        steps.setdefault(after_s, []).append(who)
+    return [EscalationStep(after_s=t, approvers=steps[t]) for t in sorted(steps)]
 
 
 def _effects(parent: SessionConfig, child: SessionConfig, name: str) -> dict[str, Effect]:
@@ -176,8 +215,14 @@ def _approvers(parent: SessionConfig, child: SessionConfig, name: str) -> list[s
 
 
 def _keys(
-    parent: SessionConfig, child: SessionConfig, approvers: list[str], name: str
+    parent: SessionConfig,
+    child: SessionConfig,
+    approvers: list[str],
+    name: str,
+    escalating: Sequence[str] = (),
 ) -> dict[str, str]:
+    """The child's approver keys: its parent's, of ``approvers`` (all when empty) and of its
+    ``escalating`` approvers, narrowed to the names the child's own keys give."""
     if not parent.approver_keys:
         return dict(child.approver_keys)
     for who, key in child.approver_keys.items():
@@ -189,7 +234,7 @@ def _keys(
     keys = {
         who: key
         for who, key in parent.approver_keys.items()
-        if (not approvers or who in approvers)
+        if (not approvers or who in approvers or who in escalating)
         and (not child.approver_keys or who in child.approver_keys)
     }
     if not keys:

@@ -1,7 +1,9 @@
 """Notifications: a JSON POST to each ``SessionConfig.notify`` URL when a person is needed.
 
-Two events: ``interrupt`` when an interrupt opens (an approval or a tool's question), with
-the command that decides it, and ``turn_ended`` when a turn completes, fails or is cancelled.
+Three events: ``interrupt`` when an interrupt opens (an approval or a tool's question), with
+the command that decides it; ``interrupt_escalated`` when one still pending reaches a step of
+the session's escalation (``keel.workflows.escalation``), naming the approvers who may decide
+it from then on; and ``turn_ended`` when a turn completes, fails or is cancelled.
 Each event has an ``id`` unique in the session (the same on every attempt, so a receiver can
 drop duplicates) and a one-line ``text``, so a Slack incoming webhook takes it as it is.
 
@@ -111,6 +113,36 @@ def interrupt_event(session: str, interrupt: Interrupt, at: str) -> dict[str, An
     }
 
 
+def escalation_event(
+    session: str, interrupt: Interrupt, approvers: list[str], at: str
+) -> dict[str, Any]:
+    """The ``interrupt_escalated`` event of an interrupt that reached an escalation step.
+
+    The ``interrupt`` event's fields, with ``step`` (1 for the first), ``approvers`` (who
+    the step added), ``may_decide`` (who may decide now; empty: anyone but those of later
+    steps), ``next_escalation_at`` and ``next_approvers``.
+
+    Args:
+        session: the session id.
+        interrupt: the interrupt, escalated.
+        approvers: who the step added.
+        at: the workflow time, ISO.
+    """
+    event = interrupt_event(session, interrupt, at)
+    who = ", ".join(approvers)
+    event.update(
+        id=f"{session}/interrupt/{interrupt.id}/escalated/{interrupt.escalated}",
+        event="interrupt_escalated",
+        step=interrupt.escalated,
+        approvers=list(approvers),
+        may_decide=list(interrupt.may_decide),
+        next_escalation_at=interrupt.next_escalation_at,
+        next_approvers=list(interrupt.next_approvers),
+        text=f"Escalated to {who} (nobody decided in time). {event['text']}",
+    )
+    return event
+
+
 def turn_event(session: str, record: TurnRecord, at: str) -> dict[str, Any]:
     """The ``turn_ended`` event of a turn that completed, failed or was cancelled.
 
@@ -157,6 +189,13 @@ class Notifier:
         if self._config.notify:
             session = workflow.info().workflow_id
             self._notify(interrupt_event(session, interrupt, workflow.now().isoformat()))
+
+    def interrupt_escalated(self, interrupt: Interrupt, approvers: list[str]) -> None:
+        """Post the ``interrupt_escalated`` event of an interrupt that reached a step."""
+        if self._config.notify:
+            session = workflow.info().workflow_id
+            at = workflow.now().isoformat()
+            self._notify(escalation_event(session, interrupt, approvers, at))
 
     def turn_ended(self, record: TurnRecord) -> None:
         """Post the ``turn_ended`` event of a turn that has ended."""

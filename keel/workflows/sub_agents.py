@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from keel.workflows.cycle import text_of
+    from keel.workflows.escalation import mirrored
     from keel.workflows.inheritance import child_config, inherited_standing
     from keel.workflows.ledger import Ledger, SessionInput
     from keel.workflows.messages import (
@@ -373,6 +374,23 @@ class SubAgents:
                 ledger.open_interrupt(record, copy)
                 self._notifier.interrupt_opened(copy)  # the parent's URLs: decided here
                 opened = True
+            elif (
+                mine is not None
+                and mine.status == "pending"
+                and theirs.status == "pending"
+                and ledger.mirrored.get(mine.id) == child_id
+                and (added := mirrored(mine, theirs))
+            ):  # the child's session escalated it: its approvers may decide it here too
+                ledger.emit(
+                    "interrupt_escalated",
+                    turn=mine.turn,
+                    id=mine.id,
+                    kind=mine.kind,
+                    step=mine.escalated,
+                    approvers=added,
+                    next_at=mine.next_escalation_at,
+                )
+                self._notifier.interrupt_escalated(mine, added)  # the parent's URLs
             elif (
                 mine is not None
                 and mine.status == "pending"

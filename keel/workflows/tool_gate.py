@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.cycle import failure_text, stripped
     from keel.workflows.decisions import Decisions
     from keel.workflows.effects import EffectBook
+    from keel.workflows.escalation import escalate, next_step, started
     from keel.workflows.handlers import UpdateAnswers
     from keel.workflows.judging import criteria_for, judge
     from keel.workflows.ledger import Ledger, PendingCycle
@@ -344,6 +345,7 @@ class ToolGate:
             # what a signature covers (the tool input too, since the patch): keel.workflows.signing
             signing=SIGNING_V2 if workflow.patched(SIGNING_PATCH) else SIGNING_V1,
         )
+        started(self._config, interrupt, workflow.now())
         self._ledger.open_interrupt(record, interrupt)
         self._notifier.interrupt_opened(interrupt)
         # A workflow task that only opens interrupts would complete with no command, and on
@@ -368,25 +370,77 @@ class ToolGate:
         self._show_details()
         await self._sub_agents.report_to_parent()
         ledger = self._ledger
-        remaining = None
+        deadline = None
         if interrupt.expires_at is not None:
-            left = datetime.fromisoformat(interrupt.expires_at) - workflow.now()
-            remaining = max(left, timedelta(milliseconds=1))
-        try:
-            await workflow.wait_condition(
-                lambda: interrupt.status != "pending" or ledger.cancel_reason is not None,
-                timeout=remaining,
-                timeout_summary=f"{interrupt.kind} timeout for {interrupt.tool_use.name}",
-            )
-        except TimeoutError:
-            timeout_s = self._config.approval_timeout_s or 0
-            ledger.close_interrupt(
-                interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
-            )
+            deadline = datetime.fromisoformat(interrupt.expires_at)
+        if self._config.escalate:
+            await self._wait_escalating(interrupt, deadline)
+        else:
+            remaining = None
+            if deadline is not None:
+                remaining = max(deadline - workflow.now(), timedelta(milliseconds=1))
+            try:
+                await workflow.wait_condition(
+                    lambda: interrupt.status != "pending" or ledger.cancel_reason is not None,
+                    timeout=remaining,
+                    timeout_summary=f"{interrupt.kind} timeout for {interrupt.tool_use.name}",
+                )
+            except TimeoutError:
+                self._time_out(interrupt)
         if interrupt.status == "pending":  # the turn was cancelled while it waited
             ledger.close_interrupt(interrupt, "cancelled", reason=ledger.cancel_reason)
         self._show_details()
         await self._sub_agents.report_to_parent()
+
+    def _time_out(self, interrupt: Interrupt) -> None:
+        timeout_s = self._config.approval_timeout_s or 0
+        self._ledger.close_interrupt(
+            interrupt, "timed_out", reason=f"no decision within {timeout_s:g} s"
+        )
+
+    async def _wait_escalating(self, interrupt: Interrupt, deadline: datetime | None) -> None:
+        """Wait for a person with a durable timer per escalation step, then the timeout.
+
+        Each step comes at its time after the interrupt opened (a step already due, after a
+        restart or a continue-as-new, comes at once); the approval timeout, if any, is last.
+        """
+        ledger = self._ledger
+        while interrupt.status == "pending" and ledger.cancel_reason is None:
+            coming = next_step(self._config, interrupt)
+            now = workflow.now()
+            if coming is not None and coming[1] <= now:
+                self._escalate(interrupt)
+                await self._sub_agents.report_to_parent()
+                continue
+            wake = deadline if coming is None else coming[1]
+            what = "timeout" if coming is None else f"escalation {interrupt.escalated + 1}"
+            try:
+                await workflow.wait_condition(
+                    lambda: interrupt.status != "pending" or ledger.cancel_reason is not None,
+                    timeout=None if wake is None else max(wake - now, timedelta(milliseconds=1)),
+                    timeout_summary=f"{interrupt.kind} {what} for {interrupt.tool_use.name}",
+                )
+            except TimeoutError:
+                if coming is None:
+                    self._time_out(interrupt)
+                else:
+                    self._escalate(interrupt)
+                    await self._sub_agents.report_to_parent()
+
+    def _escalate(self, interrupt: Interrupt) -> None:
+        """Take the interrupt's next escalation step: log it, tell the notify URLs."""
+        step = escalate(self._config, interrupt, workflow.now())
+        self._ledger.emit(
+            "interrupt_escalated",
+            turn=interrupt.turn,
+            id=interrupt.id,
+            kind=interrupt.kind,
+            step=interrupt.escalated,
+            approvers=list(step.approvers),
+            next_at=interrupt.next_escalation_at,
+        )
+        self._notifier.interrupt_escalated(interrupt, step.approvers)
+        self._show_details()
 
 
 def _unknown_reason(use: ToolUse, response: ToolResponse) -> str:

@@ -47,7 +47,41 @@ def interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
         "name": interrupt.name,
         "reason": interrupt.reason,
         "signing": interrupt.signing,
+        **escalation_json(interrupt),
     }
+
+
+def escalation_json(interrupt: Interrupt) -> dict[str, Any]:
+    """An interrupt's escalation, on a session with escalation steps: who may decide now
+    (``may_decide``; empty: anyone but those of steps to come), who the steps that came
+    added, and the next step (``{"at": ISO time, "approvers": [...]}`` or None)."""
+    if interrupt.opened_at is None:
+        return {}
+    coming = None
+    if interrupt.next_escalation_at is not None:
+        coming = {"at": interrupt.next_escalation_at, "approvers": interrupt.next_approvers}
+    return {
+        "may_decide": interrupt.may_decide,
+        "escalated_to": interrupt.escalated_to,
+        "next_escalation": coming,
+    }
+
+
+def escalation_lines(interrupt: Interrupt) -> list[str]:
+    """Who may decide an interrupt now and when its next escalation step comes, for a person."""
+    if interrupt.opened_at is None:
+        return []
+    anyone = "anyone but escalation approvers before their step"
+    lines = [f"may decide: {', '.join(interrupt.may_decide) or anyone}"]
+    if interrupt.escalated_to:
+        lines.append(
+            f"escalated:  to {', '.join(interrupt.escalated_to)} at {interrupt.escalated_at}"
+        )
+    if interrupt.next_escalation_at is not None:
+        lines.append(
+            f"next step:  {', '.join(interrupt.next_approvers)} at {interrupt.next_escalation_at}"
+        )
+    return lines
 
 
 def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
@@ -85,6 +119,8 @@ def print_interrupts(
         print(f"  input: {json.dumps(use.input, sort_keys=True)}")
         if interrupt.note:  # a sub-agent's session refused the last decision given here
             print(f"  note:  {interrupt.note}")
+        for line in escalation_lines(interrupt):
+            print(f"  {line}")
         for line in decide_commands(session, interrupt, extra):
             print(f"  {line}")
 

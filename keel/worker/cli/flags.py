@@ -132,6 +132,15 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         "--approval-timeout", type=float, metavar="SECONDS", help="deny undecided interrupts after"
     )
     cmd.add_argument(
+        "--escalate",
+        action="append",
+        default=[],
+        metavar="SECONDS:ID[,ID]",
+        help="an interrupt still undecided after SECONDS may also be decided by these "
+        "approvers, who are notified then (repeatable, in increasing SECONDS; replaces the "
+        "agent file's escalate)",
+    )
+    cmd.add_argument(
         "--max-cycles", type=int, metavar="N", help="model calls allowed per turn (default 100)"
     )
     cmd.add_argument(

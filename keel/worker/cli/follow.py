@@ -100,6 +100,8 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
         case "interrupt_decided":
             by = f" by {d['by']}" if d.get("by") else ""
             return f"{d.get('id')} {d.get('status')}{by}"
+        case "interrupt_escalated":
+            return _escalated(d)
         case "turn_ended":
             error = _error_of(event, turns) if d.get("status") != "completed" else None
             text = f"{d.get('status')} ({d.get('stop_reason')})"
@@ -115,6 +117,14 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
         case "notification_failed":
             return f"{d.get('event')} to {d.get('to')} not delivered: {d.get('error')}"
     return ", ".join(f"{key}={value}" for key, value in d.items())
+
+
+def _escalated(d: Mapping[str, object]) -> str:
+    """An ``interrupt_escalated`` event's phrase: the interrupt, who may decide it now, next."""
+    approvers = d.get("approvers")
+    who = ", ".join(str(a) for a in approvers) if isinstance(approvers, list) else "?"
+    then = f"; next step at {d['next_at']}" if d.get("next_at") else ""
+    return f"{d.get('id')} escalated to {who} (step {d.get('step')}){then}"
 
 
 def event_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -> str:
@@ -147,6 +157,8 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
         case "interrupt_decided":
             by = f" by {d['by']}" if d.get("by") else ""
             return f"interrupt {d.get('id')} {d.get('status')}{by}"
+        case "interrupt_escalated":
+            return f"interrupt {_escalated(d)}"
         case "steering_added":
             return "guidance given to the model"
         case "turn_ended":

@@ -31,6 +31,7 @@ from keel.workflows.boundary import InputRejected, normalise_history
 from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import Effect, SessionConfig
 from keel.workflows.effect_tables import EffectTableError, effect_table
+from keel.workflows.escalation_contracts import EscalationStep, escalation_problem
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import Message, text_block
 from keel.workflows.limits import MAX_START_BYTES
@@ -66,6 +67,7 @@ _FLAGS = {
     "price": "--price",
     "price.input": "--price",
     "price.output": "--price",
+    "escalate": "--escalate",
 }
 
 
@@ -243,6 +245,10 @@ def new_session_config(
         ),
     }
     settings.update({k: v for k, v in flags.items() if v is not None})
+    steps = escalation_steps(getattr(args, "escalate", None) or [])
+    if steps:
+        settings["escalate"] = steps
+    _check_escalation(settings, "--escalate" if steps else "the agent file's escalate")
     try:
         return SessionConfig(**settings)
     except ValidationError as err:
@@ -338,6 +344,46 @@ def approver_keys(values: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--approver-key {name}: {err}") from None
         keys[name] = key
     return keys
+
+
+def escalation_steps(values: Sequence[str]) -> list[EscalationStep]:
+    """``--escalate SECONDS:ID[,ID]`` flags: the session's escalation steps, checked.
+
+    Raises:
+        UsageError: not ``SECONDS:ID[,ID]``, SECONDS not a positive number, or no approver.
+    """
+    steps = []
+    for value in values:
+        when, sep, names = value.partition(":")
+        approvers = tool_modules(names)
+        try:
+            after_s = float(when)
+        except ValueError:
+            after_s = -1.0
+        if not sep or not approvers:
+            raise UsageError(f"--escalate {value!r}: expected SECONDS:ID[,ID], e.g. 3600:lead")
+        if not after_s > 0 or after_s == float("inf"):
+            raise UsageError(f"--escalate {value!r}: SECONDS must be a number above 0")
+        steps.append(EscalationStep(after_s=after_s, approvers=approvers))
+    return steps
+
+
+def _check_escalation(settings: Mapping[str, Any], named: str) -> None:
+    """Refuse escalation steps that could never work, naming where they came from.
+
+    Raises:
+        UsageError: steps out of order, at or after the approval timeout, an approver
+            named twice or already an approver, or without a key on a signed session.
+    """
+    steps = [EscalationStep.model_validate(step) for step in settings.get("escalate") or []]
+    problem = escalation_problem(
+        steps,
+        settings.get("approvers") or [],
+        settings.get("approver_keys") or {},
+        settings.get("approval_timeout_s"),
+    )
+    if problem is not None:
+        raise UsageError(f"{named}: {problem}")
 
 
 def tool_effects(values: Sequence[str]) -> dict[str, Effect]:

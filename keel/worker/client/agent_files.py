@@ -6,7 +6,9 @@
     turn_token_budget, token_budget, turn_cost_budget, cost_budget, on_budget (ask | fail),
     price, model_retry_s, context_messages, output_schema, notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
-    effects (tool name -> read | idempotent | write), [agents.NAME] (+ description)
+    effects (tool name -> read | idempotent | write),
+    escalate (a list of {after_s = SECONDS, approvers = [ID, ...]}),
+    [agents.NAME] (+ description)
 
 ``price = {input = 3, output = 15}`` (US dollars per million input and output tokens)
 becomes ``SessionConfig.price``, over the workers' price table; a sub-agent without its own
@@ -41,6 +43,7 @@ from keel.workflows.boundary import InputRejected
 from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, SubAgent, notify_urls
 from keel.workflows.effect_tables import EffectTableError, effect_table, narrowed
+from keel.workflows.escalation_contracts import EscalationStep, escalation_problem
 from keel.workflows.inheritance import child_config
 from keel.workflows.structured import OUTPUT_TOOL
 
@@ -51,7 +54,7 @@ MAX_AGENT_DEPTH = 2
 MAX_FILE_BYTES = 1_000_000
 AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 # The keys a sub-agent's refusal by ``child_config`` may name, most specific first.
-_RULE_KEYS = ("judge_criteria", "judge_model", "judge", "approver_keys", "approvers")
+_RULE_KEYS = ("escalate", "judge_criteria", "judge_model", "judge", "approver_keys", "approvers")
 
 
 class _AgentTable(BaseModel):
@@ -82,6 +85,7 @@ class _AgentTable(BaseModel):
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
     sub_agent_judge_may_approve: bool = False
     effects: dict[str, Any] = Field(default_factory=dict)
+    escalate: list[EscalationStep] | None = None
     agents: dict[str, _AgentTable] = Field(default_factory=dict)
 
     @field_validator("notify")
@@ -214,6 +218,12 @@ class _Reader:
             "sub_agent_judge_may_approve": table.sub_agent_judge_may_approve,
             "tool_effects": self.inherited_effects(effects or {}, table, where),
         }
+        settings["escalate"] = table.escalate or []
+        problem = escalation_problem(
+            settings["escalate"], settings["approvers"], {}, settings["approval_timeout_s"]
+        )
+        if problem is not None:
+            raise self.fail(where + ("escalate",), problem)
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
         for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s", "on_budget"):
             if settings[bound] is None:

@@ -136,6 +136,9 @@ class InterruptView:
         standing: whether "Approve always" is offered.
         approve_label: the Approve button's text: for a kind that may be resolved
             (``outcome_unknown``), approving runs the tool again, and the button says so.
+        may_decide: who may decide it now, on a session with escalation steps (None
+            otherwise): names, or "anyone" with those whose step is still to come held back.
+        next_step: when the next escalation step comes and who it adds, if one does.
     """
 
     id: str
@@ -150,6 +153,8 @@ class InterruptView:
     verbs: tuple[str, ...] = ()
     standing: bool = False
     approve_label: str = "Approve"
+    may_decide: str | None = None
+    next_step: str | None = None
 
 
 def interrupts(pending: list[Interrupt]) -> list[InterruptView]:
@@ -174,7 +179,19 @@ def _interrupt(interrupt: Interrupt) -> InterruptView:
         verbs=spec.verbs,
         standing=spec.standing,
         approve_label="Approve (run again)" if "resolve" in spec.verbs else "Approve",
+        **_escalation(interrupt),
     )
+
+
+def _escalation(interrupt: Interrupt) -> dict[str, str | None]:
+    """Who may decide an interrupt now and its next escalation step, as the page says them."""
+    if interrupt.opened_at is None:
+        return {}
+    who = ", ".join(interrupt.may_decide) or "anyone but escalation approvers before their step"
+    coming = None
+    if interrupt.next_escalation_at is not None:
+        coming = f"{', '.join(interrupt.next_approvers)} at {interrupt.next_escalation_at}"
+    return {"may_decide": who, "next_step": coming}
 
 
 @dataclass(frozen=True)
