@@ -196,12 +196,14 @@ class ProgressBar:
     """
 
     def __init__(self, stream: IO[str], label: str) -> None:
+        """Draw on ``stream``, the bar after ``label``."""
         self.stream = stream
         self.label = label
         self.drawn = 0.0
         self.last: tuple[int, int] | None = None
 
     def show(self, done: int, total: int) -> None:
+        """Draw ``done`` of ``total`` (at once at the end; else at most every 0.1 s)."""
         self.last = (done, total)
         now = time.monotonic()
         if done < total and now - self.drawn < _REDRAW_S:
@@ -213,6 +215,7 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line, if it drew one."""
         if self.last is not None:
             self.stream.write("\n")
             self.stream.flush()
