@@ -12,7 +12,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
+
+from keel.worker.cli.eval_cases import case_sources, read_case
+from keel.worker.cli.run_inputs import UsageError
 
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.recordings import lines, one_line, recorded_responses, replaying
@@ -109,10 +113,12 @@ async def test_eval_passes_fails_and_writes_junit(
     assert lines(ledger) == ["refund 7", "refund 8"]
 
 
-def test_eval_refuses_what_is_not_a_case(tmp_path: Path) -> None:
+def test_eval_refuses_what_is_not_a_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bad input exits 2 naming the file and the field, before any Temporal is looked for."""
     good = {"keel_case": 1, "name": "c", "settings": {"model": "scripted:x.json"}}
     (tmp_path / "notes.json").write_text(json.dumps({"hello": 1}))
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "nosettings.json").write_text(json.dumps({"keel_case": 1, "name": "c"}))
     (tmp_path / "regex.json").write_text(json.dumps({**good, "expect": {"answer_matches": ["("]}}))
     (tmp_path / "schema.json").write_text(
         json.dumps({**good, "expect": {"output_schema": {"type": 7}}})
@@ -120,22 +126,35 @@ def test_eval_refuses_what_is_not_a_case(tmp_path: Path) -> None:
     (tmp_path / "typo.json").write_text(json.dumps({**good, "expect": {"answer_contain": ["x"]}}))
     (tmp_path / "empty").mkdir()
     env = keel_env(KEEL_HOME=str(tmp_path / "home"))
-    said = {
-        "notes.json": "keel: notes.json: not a Keel case: it has no keel_case field",
-        "regex.json": "keel: regex.json: expect.answer_matches[0]: '(' is no regular expression",
-        "schema.json": "keel: schema.json: expect.output_schema: ",
-        "typo.json": "keel: typo.json: not a Keel case: expect.answer_contain: Extra inputs",
-        "missing.json": "keel: missing.json: no such case file (nor a session id)",
-        "empty": "keel: empty: a folder with no case file (*.json) in it",
-    }
-    for name, words in said.items():
-        done = keel("eval", name, "--model", "scripted:x.json", env=env, cwd=tmp_path)
-        assert done.returncode == 2, (name, done.stderr)
-        assert one_line(done).startswith(words), (name, done.stderr)
+    done = keel("eval", "regex.json", "--model", "scripted:x.json", env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert one_line(done).startswith(
+        "keel: regex.json: expect.answer_matches[0]: '(' is no regular expression"
+    )
     done = keel("eval", "notes.json", env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert one_line(done).startswith("keel: give the model to replay with"), done.stderr
     assert not (tmp_path / "home").exists()
+
+    # the same checks, in this process (the command runs them before anything else)
+    monkeypatch.chdir(tmp_path)
+    said = {
+        "notes.json": "notes.json: not a Keel case: it has no keel_case field",
+        "broken.json": "broken.json: not valid JSON",
+        "nosettings.json": "nosettings.json: not a Keel case: settings: Field required",
+        "schema.json": "schema.json: expect.output_schema: ",
+        "typo.json": "typo.json: not a Keel case: expect.answer_contain: Extra inputs",
+        "missing.json": "missing.json: no such case file (nor a session id)",
+        "empty": "empty: a folder with no case file (*.json) in it",
+    }
+    for name, words in said.items():
+        with pytest.raises(UsageError) as refused:
+            if Path(name).is_file():
+                read_case(name)
+            else:
+                case_sources([name])
+        assert str(refused.value).startswith(words), (name, refused.value)
+    assert case_sources(["typo.json", "a-session"]) == (["typo.json"], ["a-session"])
 
 
 async def test_twenty_cases_four_at_a_time(
