@@ -82,9 +82,12 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
             bar.show(done, len(runs))
 
         async with access.replay_workers(queues, servers, what="the cases"):
-            async with asyncio.TaskGroup() as group:
-                for run in runs:
-                    group.create_task(one(run))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for run in runs:
+                        group.create_task(one(run))
+            except BaseExceptionGroup as failed:  # what stops every case: told as keel tells it
+                raise failed.exceptions[0] from None
         bar.close()
     seconds = time.monotonic() - started
     if args.junit:

@@ -58,6 +58,10 @@ COMMANDS = (
     "policy",
     "attach",
     "deploy",
+    "replay",
+    "fork",
+    "export",
+    "eval",
 )
 # How each command that names a session is called for it (S: the session, I: an interrupt id).
 ON_A_SESSION = {
@@ -75,6 +79,10 @@ ON_A_SESSION = {
     "watch": ["watch", "S"],
     "wait": ["wait", "S"],
     "policy": ["policy", "S"],
+    "replay": ["replay", "S", "--model", "scripted:x.json"],
+    "fork": ["fork", "S", "--at", "1"],
+    "export": ["export", "S"],
+    "eval": ["eval", "S", "--model", "scripted:x.json"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
 WAITING = ("run", "approve", "deny", "respond", "resolve", "steer", "cancel", "watch")
