@@ -255,8 +255,8 @@ async def test_an_encrypted_session_is_exported_with_the_key_and_refused_without
     assert lines(ledger) == ["refund CANARY-5e1"]
 
 
-def test_replay_of_a_session_on_the_embedded_server(tmp_path: Path) -> None:
-    """No Temporal known: keel run embeds one, and keel replay runs the worker with the tools."""
+def test_replay_and_eval_on_the_embedded_server(tmp_path: Path) -> None:
+    """No Temporal known: keel run embeds one; keel replay and eval run workers with the tools."""
     ledger = tmp_path / "ledger.txt"
     env = keel_env(KEEL_HOME=str(tmp_path / "home"))
     model = write_script(tmp_path / "rec.json", recorded_responses(ledger)[:3])
@@ -270,4 +270,13 @@ def test_replay_of_a_session_on_the_embedded_server(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["diverged"] is False and report["answers"][0]["replayed"] == "refunded 7"
+
+    # a case file evaluated where no Temporal and no database are: as in a fresh CI checkout
+    exported = keel("export", "emb-1", "--out", "case.json", env=env, cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    fresh = keel_env(KEEL_HOME=str(tmp_path / "ci"))
+    evaluated = keel("eval", "case.json", "--model", same, env=fresh, cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "1 passed, 0 failed" in evaluated.stdout
+    assert "keeping the replay sessions in" in evaluated.stderr
     assert lines(ledger) == ["refund 7"]
