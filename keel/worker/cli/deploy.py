@@ -105,8 +105,8 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     """``keel deploy check``: replay open sessions against this code; exit 1 if any breaks."""
     from keel.activities.tools import load_tool_modules
     from keel.worker.cli.run_inputs import UsageError, tool_modules
-    from keel.worker.process.configured import connect_configured
     from keel.worker.process.replay_check import check_sessions
+    from keel.worker.process.configured import connect_configured
     from keel.workflows.session import AgentSession
 
     if args.limit is not None and args.limit < 1:
@@ -117,7 +117,7 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     workflows = [_workflow_class(spec) for spec in args.workflow] or [AgentSession]
     keyring = settings.keyring()
     client, address = await connect_configured(settings)
-    bar = ProgressBar(sys.stderr, "checking")
+    bar = _ProgressBar(sys.stderr)
     report = await check_sessions(
         client,
         workflows=workflows,
@@ -189,21 +189,15 @@ def _workflow_class(spec: str) -> type:
     return value
 
 
-class ProgressBar:
-    """``checking [#####-----] 12/40`` on stderr, redrawn in place at most 10 times a second.
+class _ProgressBar:
+    """``checking [#####-----] 12/40`` on stderr, redrawn in place at most 10 times a second."""
 
-    ``keel deploy check``'s, and ``keel eval``'s (``evaluating [...]``).
-    """
-
-    def __init__(self, stream: IO[str], label: str) -> None:
-        """Draw on ``stream``, the bar after ``label``."""
+    def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
-        self.label = label
         self.drawn = 0.0
         self.last: tuple[int, int] | None = None
 
     def show(self, done: int, total: int) -> None:
-        """Draw ``done`` of ``total`` (at once at the end; else at most every 0.1 s)."""
         self.last = (done, total)
         now = time.monotonic()
         if done < total and now - self.drawn < _REDRAW_S:
@@ -211,11 +205,10 @@ class ProgressBar:
         self.drawn = now
         filled = _BAR_WIDTH * done // total if total else _BAR_WIDTH
         bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
+        self.stream.write(f"\rchecking [{bar}] {done}/{total}")
         self.stream.flush()
 
     def close(self) -> None:
-        """End the bar's line, if it drew one."""
         if self.last is not None:
             self.stream.write("\n")
             self.stream.flush()

@@ -34,9 +34,9 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     """``keel eval CASES... --model SPEC``: replay each case; exit 1 when any fails."""
     import asyncio
 
-    from keel.worker.cli.deploy import ProgressBar
     from keel.worker.cli.eval_cases import CaseRun, case_sources, label_runs, read_case
     from keel.worker.cli.eval_output import junit_xml, print_table, runs_json
+    from keel.worker.cli.progress_bar import ProgressBar
     from keel.worker.cli.replay_access import (
         exported,
         local_model,

@@ -31,8 +31,8 @@ from keel.workflows.boundary import InputRejected, normalise_history
 from keel.workflows.contracts import Effect, SessionConfig
 from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.ledger import SessionInput
-from keel.workflows.limits import MAX_START_BYTES
 from keel.workflows.messages import Message, text_block
+from keel.workflows.limits import MAX_START_BYTES
 from keel.workflows.signing import BadSignature, public_key_bytes
 
 

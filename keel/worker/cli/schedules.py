@@ -57,7 +57,9 @@ def add_parser(sub: Subparsers) -> None:
         description="Temporal Schedules: each firing starts a session NAME-<time> that runs "
         "PROMPT for one turn. Needs `keel dev` or TEMPORAL_ADDRESS, and a worker.",
     )
-    commands = schedule.add_subparsers(dest="schedule_command", metavar="command", required=True)
+    commands = schedule.add_subparsers(
+        dest="schedule_command", metavar="command", required=True
+    )
 
     create = commands.add_parser("create", help="create a schedule")
     create.add_argument("name", help="the schedule's name; its sessions' ids start with it")
