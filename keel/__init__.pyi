@@ -18,6 +18,9 @@ from keel.worker.client.errors import SessionClosed as SessionClosed
 from keel.worker.client.errors import SessionNotFound as SessionNotFound
 from keel.worker.client.errors import WorkerWait as WorkerWait
 from keel.worker.client.keel_client import KeelClient as KeelClient
+from keel.worker.client.replays import CaseExpectation as CaseExpectation
+from keel.worker.client.replays import ReplayCase as ReplayCase
+from keel.worker.client.replays import ReplayReport as ReplayReport
 from keel.worker.client.run_status import SessionEnd as SessionEnd
 from keel.worker.client.schedules import KeelSchedules as KeelSchedules
 from keel.worker.client.streams import TextChunk as TextChunk
@@ -49,6 +52,7 @@ from keel.workflows.messages import TokenUsage as TokenUsage
 from keel.workflows.messages import ToolResult as ToolResult
 from keel.workflows.messages import ToolUse as ToolUse
 from keel.workflows.messages import text_block as text_block
+from keel.workflows.replay_contracts import Divergence as Divergence
 from keel.workflows.session import AgentSession as AgentSession
 from keel.workflows.tool_policies import Verdict as Verdict
 from keel.workflows.tool_policies import tool_policy as tool_policy

@@ -14,6 +14,7 @@ import pytest
 
 from keel import ToolUse
 from keel.worker.cli.console import decide_commands, interrupt_json, print_interrupts
+from keel.worker.cli.follow import progress_line
 from keel.worker.ui.context import templates
 from keel.worker.ui.views import InterruptView, interrupts
 from keel.workflows.approvals import check_answer, check_decision, denial_text
@@ -21,6 +22,7 @@ from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import (
     Answer,
     Decision,
+    Event,
     Interrupt,
     InterruptKind,
     SessionConfig,
@@ -35,6 +37,7 @@ DEMO = KindSpec(
     standing=False,
     heading="demo for {tool}: {reason}",
     waiting="waiting for a demo: {name}, interrupt {id}",
+    progress="a demo waits",
     page_heading="Demo of {tool}?",
     notice="Keel session {session}: demo of {tool}: {reason}. Approve: {command}",
     model_texts={"*": "demo of {tool!r} refused{who}: {why}"},
@@ -58,8 +61,10 @@ def demo(monkeypatch: pytest.MonkeyPatch) -> Interrupt:
 
 def _page(views: list[InterruptView]) -> str:
     view = type("View", (), {"interrupts": views, "said": [], "standing": [], "session": "s 1"})
-    return templates().get_template("_pending.html").render(
-        view=view, csrf="c", identity="ann", signs_as=None, signer=None
+    return (
+        templates()
+        .get_template("_pending.html")
+        .render(view=view, csrf="c", identity="ann", signs_as=None, signer=None)
     )
 
 
@@ -96,6 +101,12 @@ def test_a_new_kind_shows_in_the_cli_and_its_json(
     assert lines[0] == "demo for ship: it goes out"
     assert lines[-2:] == ["  keel approve 's 1' i-1", "  keel deny 's 1' i-1 --reason '...'"]
     assert interrupt_json(demo)["kind"] == "demo"
+
+
+def test_a_new_kind_shows_in_keel_runs_progress(demo: Interrupt) -> None:
+    detail = {"kind": demo.kind, "id": demo.id, "tool": "ship", "tool_use_id": "t-1"}
+    created = Event(seq=3, type="interrupt_created", at="2026-01-01T00:00:00+00:00", detail=detail)
+    assert progress_line(created) == "a demo waits: ship (interrupt i-1)"
 
 
 def test_a_new_kind_shows_in_a_notification(demo: Interrupt) -> None:

@@ -19,6 +19,7 @@ from pydantic import (
     model_serializer,
 )
 
+from keel.workflows.budget_contracts import ModelPrice, OnBudget
 from keel.workflows.keel_model import KeelModel as KeelModel  # re-exported: its old home
 from keel.workflows.messages import (
     ContentBlock,
@@ -62,10 +63,12 @@ EventType = Literal[
     "replay_answered",
     "replay_live_read",
     "replay_diverged",
+    "budget_granted",
+    "budget_raised",
 ]
 # A notification URL: http or https, a host, nothing that is not a URL character.
 _NOTIFY_URL = re.compile(r"^https?://[^\s/?#@]+(?:[/?#]\S*)?$")
-InterruptKind = Literal["approval", "question", "outcome_unknown"]
+InterruptKind = Literal["approval", "question", "outcome_unknown", "budget"]
 # What running a tool again does to the world (``@tool(effect=...)``, ``keel.workflows.effects``):
 # ``read`` nothing, ``idempotent`` nothing more, ``write`` maybe its effect a second time.
 Effect = Literal["read", "idempotent", "write"]
@@ -212,6 +215,15 @@ class SessionConfig(KeelModel):
             deployment's current version at the next workflow task instead of staying pinned
             to the version the session started on; for changes that replay (``keel deploy
             check``). Applied by the client that starts the session, for the run it starts.
+        on_budget: what a turn does when it reaches a cap (``max_cycles_per_turn``, the token
+            and cost budgets): ``ask`` parks it on an interrupt of kind ``budget`` for a
+            person to grant more (``keel approve``) or end it (``keel deny``); ``fail`` ends it
+            at once (``keel.workflows.budgets``).
+        max_turn_cost_usd: a turn's cost cap in US dollars (with ``price``, or the workers'
+            prices); checked before each model call.
+        max_session_cost_usd: the session's cost cap in US dollars.
+        price: the model's price (dollars per million input and output tokens), over the
+            workers' price table.
         replay: set only for a replay (``keel replay``, ``keel eval``): the recording the
             session answers its tool calls from; none of its tools runs, but a ``read`` one
             with ``ReplayPlan.live_read`` (``keel.workflows.replaying``).
@@ -245,6 +257,10 @@ class SessionConfig(KeelModel):
     judge_criteria: dict[str, JudgeCriteria] = Field(default_factory=dict)
     judge_may_approve: bool = True
     sub_agent_judge_may_approve: bool = False
+    on_budget: OnBudget = "ask"
+    max_turn_cost_usd: float | None = Field(default=None, gt=0)
+    max_session_cost_usd: float | None = Field(default=None, gt=0)
+    price: ModelPrice | None = None
     replay: ReplayPlan | None = None
 
     @field_validator("notify")
@@ -415,7 +431,9 @@ class Decision(KeelModel):
     A decision approves or denies; it cannot carry a tool input (unknown fields are
     rejected), so what runs is what the model produced. ``resolve`` (only for an
     ``outcome_unknown`` interrupt) records ``result`` as the tool's result, without running
-    it. ``signature``: base64 Ed25519 signature of
+    it. ``extend`` (only approving a ``budget`` interrupt) grants that much more of the
+    cap reached (model calls, tokens or dollars) instead of its allowance once more; signed,
+    it is covered. ``signature``: base64 Ed25519 signature of
     ``keel.workflows.signing.approval_message`` by the approver's key, required when the
     session has ``approver_keys``. ``always``: an approval that also stands for the
     tool's later calls in this session (those whose input passes ``always_when``); signed,
@@ -430,6 +448,7 @@ class Decision(KeelModel):
     always: bool = False
     always_when: list[Condition] = Field(default_factory=list)
     result: str | None = None
+    extend: float | None = Field(default=None, gt=0)
 
     @model_serializer(mode="wrap")
     def _without_empty_result(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -597,6 +616,10 @@ class TurnRecord(KeelModel):
         output: the structured output (the input of the accepted ``final_result`` call) of
             a session with an ``output_schema``; None otherwise.
         reminders: how often the model was told to call ``final_result`` in this turn.
+        cost_usd: what the turn's model calls cost in US dollars, when every one's price
+            and usage are known; None otherwise (unknown, never 0).
+        allowance: what people granted the turn past its caps, by cap name
+            (``keel.workflows.budget_contracts.CapName``): extra model calls, tokens, dollars.
     """
 
     turn_id: int
@@ -609,6 +632,8 @@ class TurnRecord(KeelModel):
     interrupts: list[Interrupt] = Field(default_factory=list)
     output: Any = None
     reminders: int = 0
+    cost_usd: float | None = None
+    allowance: dict[str, float] = Field(default_factory=dict)
 
 
 class Event(KeelModel):

@@ -148,6 +148,8 @@ class Decisions:
             key = signer_fingerprint(self._config, message.approver)
             if message.decision == "resolve":
                 interrupt.answer = message.result  # the tool's result, as the person recorded it
+            elif message.extend is not None:
+                interrupt.answer = message.extend  # a budget's grant (keel.workflows.budgets)
             self._ledger.close_interrupt(interrupt, status, message.approver, message.reason, key)
             if message.always and status == "approved" and kind_of(interrupt).standing:
                 approval = StandingApproval(

@@ -16,6 +16,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from keel.workflows.boundary import InputRejected, prompt_bytes, validate_prompt
+    from keel.workflows.budgets import session_limit
     from keel.workflows.contracts import (
         CancelAck,
         CancelInput,
@@ -117,9 +118,11 @@ class SessionRequests:
             raise InputRejected(self._init_error)
         if self._ledger.closing:
             raise InputRejected("session is closing; it takes no more prompts")
-        budget, used = self._config.max_session_tokens, self._ledger.usage.totalTokens
-        if budget is not None and used >= budget:
-            raise InputRejected(f"session used {used} tokens of its budget of {budget}")
+        if self._config.on_budget == "fail":  # else its turn asks a person for more
+            budget = session_limit(self._config, self._ledger, "session_tokens")
+            used = self._ledger.usage.totalTokens
+            if budget is not None and used >= budget:
+                raise InputRejected(f"session used {used} tokens of its budget of {budget:g}")
         validate_prompt(input.role, input.content)
         queue = self._ledger.queue
         waiting = sum(prompt_bytes(q.content) for q in queue)

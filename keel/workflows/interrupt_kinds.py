@@ -1,11 +1,12 @@
 """The interrupt kinds, each declared once: what decides it, and how it is shown to a person.
 
 The workflow's checks (which update a kind takes, which may stand for later calls, what the
-model reads when it did not go ahead) and every view (the CLI's lines and commands, the web
-page's heading and buttons, a notification's text and commands, the session's status line)
-read a kind's declaration here instead of testing its name. A new kind is its name in
-``InterruptKind`` (``keel.workflows.contracts``), its declaration in ``KINDS``, and the code
-that opens it; a new verb (the ``keel`` command that decides it) also needs that command.
+model reads when it did not go ahead) and every view (the CLI's lines and commands, ``keel
+run``'s progress line, the web page's heading and buttons, a notification's text and
+commands, the session's status line) read a kind's declaration here instead of testing its
+name. A new kind is its name in ``InterruptKind`` (``keel.workflows.contracts``), its
+declaration in ``KINDS``, and the code that opens it; a new verb (the ``keel`` command that
+decides it) also needs that command.
 
 Pure module: imported by workflow code.
 """
@@ -63,11 +64,14 @@ class KindSpec:
         standing: an approval of it may stand for the tool's later calls (``--always``).
         heading: how the CLI heads it for a person.
         waiting: the session's status line while it waits.
+        progress: how ``keel run``'s progress lines announce it (``interrupt_created``),
+            followed by ``: TOOL (interrupt ID)``.
         page_heading: the web page's heading; ``{tool}`` is shown as code.
         notice: a notification's text; also ``{session}``, ``{input}`` (the tool input as
             JSON, clipped) and ``{command}`` (the first verb's command).
         model_texts: what the model reads when it closes without going ahead, by status
             (``*``: any other); also ``{who}`` (`` by APPROVER`` or nothing) and ``{why}``.
+        extends: approving it may grant an amount (``Decision.extend``: ``--extend N``).
     """
 
     name: str
@@ -76,9 +80,11 @@ class KindSpec:
     standing: bool
     heading: str
     waiting: str
+    progress: str
     page_heading: str
     notice: str
     model_texts: Mapping[str, str]
+    extends: bool = False
 
     @property
     def update(self) -> Update:
@@ -103,6 +109,7 @@ KINDS: dict[str, KindSpec] = {
         standing=True,
         heading="waiting for approval: {reason}",
         waiting="waiting for approval: {name}, interrupt {id}",
+        progress="approval needed",
         page_heading="Approve {tool}?",
         notice=(
             "Keel session {session} waits for approval: {reason}: {tool} {input}. "
@@ -121,6 +128,7 @@ KINDS: dict[str, KindSpec] = {
         standing=False,
         heading="question from tool {tool!r} ({name}): {reason}",
         waiting="waiting for an answer: {tool} asks {name!r}, interrupt {id}",
+        progress="answer needed",
         page_heading="{tool} asks: {name}",
         notice="Keel session {session}: tool {tool} asks ({name}): {reason}. Answer: {command}",
         model_texts={
@@ -135,6 +143,7 @@ KINDS: dict[str, KindSpec] = {
         standing=False,
         heading="outcome unknown: {reason}",
         waiting="outcome unknown: did {tool} run? interrupt {id}",
+        progress="outcome unknown, a person decides whether it runs again",
         page_heading="Did {tool} happen?",
         notice=(
             "Keel session {session}: {reason}: {tool} {input}. Run it again: {command}; "
@@ -151,6 +160,22 @@ KINDS: dict[str, KindSpec] = {
                 "it was not run again, denied{who}: {why}"
             ),
         },
+    ),
+    "budget": KindSpec(
+        name="budget",
+        noun="a budget",
+        verbs=("approve", "deny"),
+        standing=False,
+        heading="budget reached: {reason}",
+        waiting="budget reached, waiting for a person: {reason}, interrupt {id}",
+        progress="budget reached, a person decides whether the turn goes on",
+        page_heading="Reached a {tool}: spend more?",
+        notice=(
+            "Keel session {session} reached a budget: {reason}. Grant as much again: "
+            "{command} (or --extend N); deny ends the turn"
+        ),
+        model_texts={"*": "the turn stopped at its budget ({name}): {why}"},
+        extends=True,
     ),
 }
 
@@ -200,6 +225,8 @@ def decision_refusal(interrupt: Interrupt, decision: Decision) -> str | None:
         return "resolve needs the tool's result (result)"
     if decision.decision != "resolve" and decision.result is not None:
         return f"a result is recorded with resolve, not {decision.decision}"
+    if decision.extend is not None and not (spec.extends and decision.decision == "approve"):
+        return f"interrupt {interrupt.id!r} is {spec.noun}; extend only approves a budget"
     if decision.always and not spec.standing:
         return f"interrupt {interrupt.id!r} is {spec.noun}; an approval of it cannot stand (always)"
     return None

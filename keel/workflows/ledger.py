@@ -143,6 +143,10 @@ class Ledger(KeelModel):
             it (a prompt may join a trailing user message). Kept for every turn: a replay
             or an export splits the conversation into turns with it.
         replay: a replay session's progress through its recording (``SessionConfig.replay``).
+        cost_usd: what the session's model calls cost in US dollars, when every one's price
+            and usage are known; None otherwise.
+        budgets: the session's caps as raised by the ``budget`` update, by cap name
+            (``session_tokens``, ``session_cost``), over ``SessionConfig``'s.
     """
 
     run: int = 1
@@ -177,6 +181,8 @@ class Ledger(KeelModel):
     effects_dropped: int = 0
     prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
     replay: ReplayProgress | None = None
+    cost_usd: float | None = None
+    budgets: dict[str, float] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
     def _sorted_ids(self, ids: set[str]) -> list[str]:

@@ -57,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TurnRecord,
     )
+    from keel.workflows.budget_contracts import BudgetAck, BudgetInput
+    from keel.workflows.budgets import SessionBudgets, asks, grant, reached_cap
     from keel.workflows.current_details import current_details
     from keel.workflows.cycle import (
         COMPLETING_STOP_REASONS,
@@ -133,6 +135,7 @@ class AgentSession:
         self._notifier = Notifier(self._config, self._ledger)
         self._sub_agents = SubAgents(self._config, self._ledger, self._notifier)
         self._decisions = Decisions(self._config, self._ledger, self._answers, self._sub_agents)
+        self._budgets = SessionBudgets(self._config, self._ledger)
         self._gate = ToolGate(
             self._config,
             self._ledger,
@@ -229,6 +232,15 @@ class AgentSession:
     @revoke.validator
     def _validate_revoke(self, input: RawInput[RevokeInput | None] = None) -> None:
         self._decisions.check_revoke(decode(input, RevokeInput, "update revoke"))
+
+    @workflow.update
+    def budget(self, input: RawInput[BudgetInput | None] = None) -> BudgetAck:
+        """Raise the session's token or cost budget (``keel budget``)."""
+        return self._budgets.raise_caps(decode(input, BudgetInput, "update budget"))
+
+    @budget.validator
+    def _validate_budget(self, input: RawInput[BudgetInput | None] = None) -> None:
+        self._budgets.check(decode(input, BudgetInput, "update budget"))
 
     @workflow.signal
     def close(self, input: RawInput[CloseInput | None] = None) -> None:
@@ -344,7 +356,7 @@ class AgentSession:
                 await self._run_tools(record, ledger.cycle)
             while True:
                 self._check_cancel()
-                if self._over_budget(record):
+                if await self._over_budget(record):
                     break
                 if self._history_full():
                     await self._continue_as_new()
@@ -364,22 +376,28 @@ class AgentSession:
             )
         self._notifier.turn_ended(record)
 
-    def _over_budget(self, record: TurnRecord) -> bool:
-        """End the turn instead of calling the model past a budget; True when it ended."""
-        config, used = self._config, self._ledger.usage.totalTokens
-        if config.max_cycles_per_turn is not None and record.cycles >= config.max_cycles_per_turn:
-            error = f"turn reached its budget of {config.max_cycles_per_turn} model calls"
-            self._ledger.end_turn(record, "failed", "max_cycles", error=error)
-            return True
-        turn_used = record.usage.totalTokens
-        if config.max_turn_tokens is not None and turn_used >= config.max_turn_tokens:
-            error = f"turn used {turn_used} tokens of its budget of {config.max_turn_tokens}"
-            self._ledger.end_turn(record, "failed", "token_budget", error=error)
-            return True
-        if config.max_session_tokens is not None and used >= config.max_session_tokens:
-            error = f"session used {used} tokens of its budget of {config.max_session_tokens}"
-            self._ledger.end_turn(record, "failed", "token_budget", error=error)
-            return True
+    async def _over_budget(self, record: TurnRecord) -> bool:
+        """Before a model call: at a cap, ask a person for more, or end the turn (True).
+
+        ``keel.workflows.budgets``: approved, the turn goes on with more of the cap; else
+        it ends ``failed`` with the cap's stop reason.
+        """
+        ledger, config = self._ledger, self._config
+        while (cap := reached_cap(config, ledger, record)) is not None:
+            if not asks(config):
+                ledger.end_turn(record, "failed", cap.stop_reason, error=cap.error)
+                return True
+            interrupt = await self._gate.ask(
+                record, cap.tool_use(record.turn_id), kind="budget", reason=cap.error
+            )
+            self._check_cancel()
+            if interrupt.status != "approved":
+                who = f" by {interrupt.decided_by}" if interrupt.decided_by else ""
+                why = interrupt.decision_reason or "no reason given"
+                error = f"{cap.error}; no more was granted ({interrupt.status}{who}: {why})"
+                ledger.end_turn(record, "failed", cap.stop_reason, error=error)
+                return True
+            grant(config, ledger, record, cap, interrupt)
         return False
 
     # ----------------------------------------------------------------------------- one cycle

@@ -41,9 +41,7 @@ _TEST = re.compile(
     r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s+"
     r"(?P<op>==|!=|<=|>=|<|>|startswith|endswith|in|under)\s+"
 )
-UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
-)
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 """Characters a string of a tool input may not hide behind a test (unless the test has them)."""
 _SEGMENTS = re.compile(r"[/\\]")
 # The patch under which the strict reading of strings (and ``under``) decides the gate; a
@@ -148,8 +146,8 @@ def _passes(condition: Condition, tool_input: Any, strict: bool, doubt: bool) ->
         if op == "!=":
             return bool(value != expected)
         if op == "startswith":
-            return isinstance(value, str) and isinstance(expected, str) and value.startswith(
-                expected
+            return (
+                isinstance(value, str) and isinstance(expected, str) and value.startswith(expected)
             )
         if op == "endswith":
             return isinstance(value, str) and isinstance(expected, str) and value.endswith(expected)
@@ -208,10 +206,13 @@ def signed_value(decision: Decision) -> Any:
 
     A plain decision signs ``approve`` / ``deny``; a standing one also its ``always`` and its
     tests, so a signature for one call cannot be turned into a standing approval; a
-    ``resolve`` its result, so a signature for one result cannot record another.
+    ``resolve`` its result, so a signature for one result cannot record another; a budget's
+    grant its ``extend``, so a signature for one amount cannot grant another.
     """
     if decision.decision == "resolve":  # the result recorded is what was signed
         return {"decision": "resolve", "result": decision.result}
+    if decision.extend is not None:  # a budget's grant: the amount is what was signed
+        return {"decision": decision.decision, "extend": decision.extend}
     if not decision.always:
         return decision.decision
     return {

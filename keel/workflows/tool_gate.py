@@ -276,6 +276,20 @@ class ToolGate:
                 judging.cancel()  # a person decided first (or the turn ended)
         return interrupt
 
+    async def ask(
+        self, record: TurnRecord, use: ToolUse, *, kind: InterruptKind, reason: str
+    ) -> Interrupt:
+        """Open an interrupt of ``kind`` about ``use`` (or take the one open) and wait for it.
+
+        For what the session itself asks a person, not a tool (a budget reached): the
+        interrupt carried from the previous run, for the same ``use``, is waited on again.
+        """
+        interrupt = self._open_interrupt_of(use, kind) or self._open_interrupt(
+            record, use, kind=kind, name=use.name, reason=reason
+        )
+        await self._wait_for_human(interrupt)
+        return interrupt
+
     def _keep_last_answer(self, use: ToolUse, answers: dict[str, Any]) -> None:
         """Hold the tool's last answered question in ``answers``.
 

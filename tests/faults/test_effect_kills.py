@@ -37,15 +37,23 @@ class Case:
     tool: str
     point: str  # model: before the tool; body: inside it, before the effect; effect: after
     # the effect, before the return; done: after the journal has its result
-    decide: str | None = None  # approve / resolve, when a person is asked
+    decide: str | None = None  # approve / deny / resolve, when a person is asked
     expect_effects: int = 1
     expect_asked: bool = False
     kill_while_asked: bool = False
+    expect_outcome: tuple[str | None, ...] = ()  # the outcomes keel effects may list; any if ()
 
 
 CASES = [
-    Case("write-before-tool", "refund", "model"),
-    Case("write-in-body", "refund", "body", decide="approve", expect_asked=True),
+    Case("write-before-tool", "refund", "model", expect_outcome=("done",)),
+    Case(
+        "write-in-body",
+        "refund",
+        "body",
+        decide="approve",
+        expect_asked=True,
+        expect_outcome=("retried",),
+    ),
     Case(
         "write-after-effect",
         "refund",
@@ -53,11 +61,30 @@ CASES = [
         decide="resolve",
         expect_asked=True,
         kill_while_asked=True,
+        expect_outcome=("resolved",),
     ),
-    Case("write-after-result", "refund", "done"),
-    Case("reconcile-after-effect", "refund_reconciled", "effect"),
-    Case("idempotent-after-effect", "effect", "effect"),
-    Case("read-in-body", "lookup", "body", expect_effects=0),
+    Case(
+        "write-after-effect-denied",
+        "refund",
+        "effect",
+        decide="deny",
+        expect_asked=True,
+        expect_outcome=("denied",),
+    ),
+    Case("write-after-result", "refund", "done", expect_outcome=("done", "recorded")),
+    # reconcile finds no effect in the ledger: the tool runs again, unasked, once
+    Case("reconcile-in-body", "refund_reconciled", "body", expect_outcome=("retried",)),
+    Case("reconcile-after-effect", "refund_reconciled", "effect", expect_outcome=("reconciled",)),
+    Case(
+        "reconcile-after-result",
+        "refund_reconciled",
+        "done",
+        expect_outcome=("done", "recorded"),
+    ),
+    Case("idempotent-in-body", "effect", "body", expect_outcome=("retried",)),
+    Case("idempotent-after-effect", "effect", "effect", expect_outcome=("retried",)),
+    Case("idempotent-after-result", "effect", "done", expect_outcome=("done", "recorded")),
+    Case("read-in-body", "lookup", "body", expect_effects=0, expect_outcome=(None,)),
 ]
 
 
@@ -138,6 +165,13 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
                 run.start_worker()
             handle = run.keel.client.get_workflow_handle(run.session)
             decision = Decision(interrupt_id=interrupt.id, decision="approve", approver="alice")
+            if case.decide == "deny":
+                decision = Decision(
+                    interrupt_id=interrupt.id,
+                    decision="deny",
+                    reason="refunded by hand",
+                    approver="alice",
+                )
             if case.decide == "resolve":
                 decision = Decision(
                     interrupt_id=interrupt.id,
@@ -192,5 +226,7 @@ def test_an_effect_happens_once_or_a_person_decides(found: dict[str, Found], cas
     assert result.errors == [], result
     assert result.effects == case.expect_effects, result
     assert result.asked == case.expect_asked, result
+    if case.expect_outcome:
+        assert result.outcome in case.expect_outcome, result
     # each run of the body knows which it is (ctx.attempt): 1, then 2 when it ran again
     assert result.starts == list(range(1, len(result.starts) + 1)), result

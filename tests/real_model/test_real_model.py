@@ -263,7 +263,7 @@ async def test_a_tool_call_runs_as_an_activity_and_its_result_goes_back(
     with proxy_for(real_model) as proxy:
         worker = lane_worker(proxy.base_url, LANE_TOOLS)
         session, record, use = await turn_with_a_tool_call(
-            keel, lambda: config(tool_modules=[LANE_TOOLS], max_cycles_per_turn=2)
+            keel, lambda: config(tool_modules=[LANE_TOOLS], max_cycles_per_turn=2, on_budget="fail")
         )
         bodies = proxy.chat_bodies()
     state = await keel.state(session)
@@ -290,7 +290,10 @@ async def test_an_approval_parks_the_turn_until_approved_then_the_tool_runs(
     with proxy_for(real_model) as proxy:
         lane_worker(proxy.base_url, LANE_TOOLS)
         make = lambda: config(  # noqa: E731
-            tool_modules=[LANE_TOOLS], approval_tools=["get_weather"], max_cycles_per_turn=2
+            tool_modules=[LANE_TOOLS],
+            approval_tools=["get_weather"],
+            max_cycles_per_turn=2,
+            on_budget="fail",
         )
         session, parked, use = await turn_with_a_tool_call(keel, make, settle_s=60)
         assert parked.status == "awaiting_human", parked
@@ -323,7 +326,7 @@ async def test_structured_output(
             record = await keel.run(
                 session,
                 prompt,
-                config=config(output_schema=CITY_SCHEMA, max_cycles_per_turn=3),
+                config=config(output_schema=CITY_SCHEMA, max_cycles_per_turn=3, on_budget="fail"),
                 timeout_s=60,
             )
             state = await keel.state(session)

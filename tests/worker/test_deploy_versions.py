@@ -196,9 +196,10 @@ def deployment() -> str:
 
 
 @pytest.fixture
-def cli_env(temporal_env: WorkflowEnvironment) -> dict[str, str]:
+def cli_env(temporal_env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
+    """The CLI's environment: this test's server and task queue (``keel deploy check``'s)."""
     address = temporal_env.client.service_client.config.target_host
-    return keel_env(TEMPORAL_ADDRESS=address)
+    return keel_env(TEMPORAL_ADDRESS=address, KEEL_TASK_QUEUE=task_queue)
 
 
 def scoped(task_queue: str) -> str:

@@ -15,16 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowUpdateFailedError
 
 import tests.fault_tools  # noqa: F401 - registers refund, refund_reconciled, lookup, effect
 from keel import ConversationStore, Decision, Interrupt, KeelClient, SubAgent, TurnRecord
 from keel.activities.effects_journal import EffectJournal
 from keel.worker.signing import ApproverKey, generate_key
-from keel.workflows.activity_options import TOOL_ACTIVITY
 from keel.workflows.contracts import SessionConfig
 from tests.fault_tools import read_attempts, read_effects, read_runs
 from tests.helpers.fixture_types import RunWorker, Script
@@ -307,47 +303,6 @@ async def test_resolve_does_not_decide_an_approval(
     assert read_effects(tmp_path) == ["v"]
 
 
-async def test_a_reset_past_a_finished_write_call_does_not_run_it_again(
-    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
-) -> None:
-    """``temporal workflow reset`` to the task that scheduled the tool: the journal answers."""
-    session = sid()
-    async with run_worker():
-        ack = await keel.prompt(session, "refund", config=refund_script(script, "refund", tmp_path))
-        assert (await keel.wait_turn(session, ack.turn_id, timeout_s=30)).status == "completed"
-        handle = keel.client.get_workflow_handle(session)
-        events = [e async for e in handle.fetch_history_events()]
-        scheduled = next(
-            i
-            for i, e in enumerate(events)
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and e.activity_task_scheduled_event_attributes.activity_type.name == TOOL_ACTIVITY
-        )
-        task = next(
-            e
-            for e in reversed(events[:scheduled])
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-        )
-        reset = await keel.client.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=keel.client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=session),
-                reason="test: reset past a finished write call",
-                workflow_task_finish_event_id=task.event_id,
-                request_id=str(uuid.uuid4()),
-            )
-        )
-        after = keel.client.get_workflow_handle(session, run_id=reset.run_id)
-        for _ in range(300):
-            effects = await after.query("effects")
-            if effects["effects"] and effects["effects"][0]["outcome"] == "recorded":
-                break
-            await asyncio.sleep(0.1)
-    assert read_effects(tmp_path) == ["refund 20"]  # once, before the reset; not again
-    assert [r[0] for r in read_runs(tmp_path)] == ["start", "effect", "done"]
-    assert effects["effects"][0]["outcome"] == "recorded", effects
-
-
 async def test_keel_effects_lists_every_journaled_call_with_its_attempts(
     keel: KeelClient,
     run_worker: RunWorker,
@@ -516,6 +471,7 @@ async def test_a_retry_reads_well_in_show_watch_and_the_page(
     tmp_path: Path,
 ) -> None:
     """The ``tool_retried`` event a real run emits, as each view words it."""
+    from keel.worker.cli.console import show_json
     from keel.worker.cli.follow import event_line
     from keel.worker.client.effects_listing import retried_text
     from keel.worker.ui.context import templates
@@ -535,6 +491,9 @@ async def test_a_retry_reads_well_in_show_watch_and_the_page(
     assert "on dead-host/4242) ended without a result" in said
     assert "previous attempt attempt" not in said
     assert said in (event_line(event, {}) or "")
+    [shown] = show_json(state)["tool_retried"]  # keel show --json
+    assert (shown["tool"], shown["id"], shown["attempt"]) == ("effect", "r1", 2), shown
+    assert "ended without a result" in shown["previous"]
     html = (
         templates()
         .get_template("_effects.html")

@@ -96,6 +96,9 @@ RUN_LOCAL = {
     "_decisions._answers",
     "_decisions._sub_agents",
     "_decisions._held",
+    "_budgets",
+    "_budgets._config",
+    "_budgets._ledger",
     "_gate",
     "_gate._config",
     "_gate._ledger",
@@ -171,6 +174,8 @@ def every_field_set() -> Ledger:
         },
         effects_dropped=2,
         prompt_at={1: (0, 0), 3: (4, 1)},
+        cost_usd=0.25,
+        budgets={"session_tokens": 5_000, "session_cost": 2.5},
         replay=ReplayProgress(
             matched={3: [0]},
             calls={3: 2},

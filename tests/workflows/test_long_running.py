@@ -95,7 +95,7 @@ async def test_a_tool_result_stays_out_of_history_and_is_read_from_the_store(
 ) -> None:
     # a cycle budget of one ends the turn right after the tool: its result is not stored
     # as part of the conversation yet, only by the tool activity
-    config = script(tool_loop(1, result_size=3000), max_cycles_per_turn=1)
+    config = script(tool_loop(1, result_size=3000), max_cycles_per_turn=1, on_budget="fail")
     session = sid()
     async with run_worker():
         record = await keel.run(session, "loop", config=config, timeout_s=30)

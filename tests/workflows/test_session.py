@@ -506,7 +506,7 @@ async def test_cycle_budget_ends_a_looping_turn(
     keel: KeelClient, run_worker: RunWorker, script: Script, model_log: Any
 ) -> None:
     loop = [respond(tool_use(f"t{i}", "echo", text="again"), stop="tool_use") for i in range(5)]
-    config = script(loop, max_cycles_per_turn=2)
+    config = script(loop, max_cycles_per_turn=2, on_budget="fail")
     session = sid()
     async with run_worker():
         record = await keel.run(session, "loop forever", config=config, timeout_s=30)
@@ -528,6 +528,7 @@ async def test_token_budget_ends_turn_and_refuses_prompts(
             respond(text("never reached")),
         ],
         max_session_tokens=30,
+        on_budget="fail",
     )
     session = sid()
     async with run_worker():

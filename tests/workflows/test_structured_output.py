@@ -95,7 +95,7 @@ async def test_never_valid_hits_the_budget(
     keel: KeelClient, run_worker: RunWorker, script: Script
 ) -> None:
     bad = [respond(tool_use(f"f{i}", "final_result", city=i), stop="tool_use") for i in range(3)]
-    config = script(bad, output_schema=SCHEMA, max_cycles_per_turn=2)
+    config = script(bad, output_schema=SCHEMA, max_cycles_per_turn=2, on_budget="fail")
     session = sid()
     async with run_worker():
         record = await keel.run(session, "facts", config=config, timeout_s=30)

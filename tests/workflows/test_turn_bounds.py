@@ -32,7 +32,9 @@ async def test_a_model_that_never_stops_calling_tools_stops_at_the_default(
     ]
     session = sid()
     async with run_worker(max_cached_workflows=100):
-        record = await keel.run(session, "loop", config=script(loop), timeout_s=120)
+        record = await keel.run(
+            session, "loop", config=script(loop, on_budget="fail"), timeout_s=120
+        )
     assert record.status == "failed" and record.stop_reason == "max_cycles", record
     assert record.cycles == DEFAULT_MAX_CYCLES
     assert len([r for r in model_log() if r["session"] == session]) == DEFAULT_MAX_CYCLES
@@ -44,7 +46,7 @@ async def test_the_turn_token_budget_ends_the_turn(
     loop = [
         respond(tool_use(f"e{i}", "echo", text="x"), stop="tool_use", tokens=40) for i in range(5)
     ]
-    config = script(loop, max_turn_tokens=150)  # 80 tokens a call: the third call is refused
+    config = script(loop, max_turn_tokens=150, on_budget="fail")  # 80 a call: no third
     async with run_worker():
         record = await keel.run(sid(), "loop", config=config, timeout_s=30)
     assert record.status == "failed" and record.stop_reason == "token_budget", record
@@ -63,6 +65,7 @@ async def test_after_a_failed_turn_the_model_sees_alternating_roles(
     config = script(
         [respond(tool_use("e1", "echo", text="hi"), stop="tool_use"), respond(text("second"))],
         max_cycles_per_turn=1,
+        on_budget="fail",
     )
     session = sid()
     async with run_worker():

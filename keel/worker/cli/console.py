@@ -229,6 +229,10 @@ def show_json(state: SessionState) -> dict[str, Any]:
             for e in state.events
             if e.type == "interrupt_decided" and e.detail.get("key")
         ],
+        # each tool run again after an unknown outcome, with how the attempt before ended
+        "tool_retried": [
+            {"turn": e.turn, **e.detail} for e in state.events if e.type == "tool_retried"
+        ],
     }
 
 

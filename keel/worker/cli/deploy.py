@@ -1,7 +1,9 @@
 """``keel deploy``: releasing new code to versioned workers without breaking sessions.
 
 - ``keel deploy check`` replays the open sessions' histories against the code installed here
-  (``keel.worker.process.replay_check``) and exits 1 naming the sessions it would break;
+  (``keel.worker.process.replay_check``) and exits 1 naming the sessions it would break; it
+  also reports what each recorded that the installed tools or agent file changed
+  (``keel.worker.process.drift``);
 - ``keel deploy status NAME`` shows a Worker Deployment's versions, which one is current or
   ramping, and how many open sessions each still has;
 - ``keel deploy promote NAME ID [--ramp PERCENT]`` makes a version current, or ramping.
@@ -23,6 +25,8 @@ from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
+    from keel.activities.store.encrypted import Keyring
+    from keel.worker.process.drift import DriftCheck
     from keel.worker.settings import Settings
 
 _BAR_WIDTH = 30
@@ -102,21 +106,33 @@ async def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
-    """``keel deploy check``: replay open sessions against this code; exit 1 if any breaks."""
+    """``keel deploy check``: replay open sessions against this code, and report their drift.
+
+    Exit 1 if any session would break or could not be checked; with ``--strict``, also if
+    any drifted.
+    """
     from keel.activities.tools import load_tool_modules
     from keel.worker.cli.run_inputs import UsageError, tool_modules
-    from keel.worker.process.replay_check import check_sessions
     from keel.worker.process.configured import connect_configured
+    from keel.worker.process.replay_check import check_sessions
     from keel.workflows.session import AgentSession
 
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
     if args.lanes < 1:
         raise UsageError("--lanes must be at least 1")
-    load_tool_modules(tool_modules(args.tools))
+    if args.all_task_queues and args.task_queue:
+        raise UsageError("give --task-queue Q or --all-task-queues, not both")
+    modules = load_tool_modules(tool_modules(args.tools))
     workflows = [_workflow_class(spec) for spec in args.workflow] or [AgentSession]
     keyring = settings.keyring()
+    drift = _drift_check(args, settings, modules, keyring)
+    task_queue = None if args.all_task_queues else args.task_queue
+    if task_queue is None and not args.all_task_queues:
+        task_queue = settings.task_queue
     client, address = await connect_configured(settings)
+    if not modules:
+        print("tool drift not checked: give --tools the modules the workers load", file=sys.stderr)
     bar = _ProgressBar(sys.stderr)
     report = await check_sessions(
         client,
@@ -126,27 +142,43 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         keyring=keyring,
         lanes=args.lanes,
         on_progress=bar.show,
+        task_queue=task_queue or None,
+        deployment=args.deployment or None,
+        drift=drift,
     )
     bar.close()
     failing = report.failing
     breaks = [c for c in failing if c.outcome == "breaks"]
     errors = [c for c in failing if c.outcome == "error"]
+    drifted = report.drifted
     if args.json:
         print(
             json.dumps(
                 {
                     "namespace": client.namespace,
+                    "task_queue": task_queue or None,
+                    "deployment": args.deployment or None,
                     "checked": len(report.checks),
                     "seconds": round(report.seconds, 3),
                     "ok": len(report.checks) - len(failing),
                     "breaks": [c.session_id for c in breaks],
                     "errors": [c.session_id for c in errors],
+                    "drifted": len(drifted),
                     "sessions": [
                         {
                             "session": c.session_id,
                             "run_id": c.run_id,
                             "outcome": c.outcome,
                             "detail": c.detail,
+                            "drift": [
+                                {
+                                    "kind": d.kind,
+                                    "tool": d.tool,
+                                    "detail": d.detail,
+                                    "level": d.level,
+                                }
+                                for d in c.drift
+                            ],
                         }
                         for c in report.checks
                     ],
@@ -157,17 +189,48 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
         for check in report.checks:
             detail = f"  {check.detail}" if check.detail else ""
             print(f"{_LABELS[check.outcome]}  {check.session_id}{detail}")
-        where = f"namespace {client.namespace} at {address}"
+            for d in check.drift:
+                tool = f"{d.tool}: " if d.tool else ""
+                print(f"        {d.level:<5}  {d.kind}  {tool}{d.detail}")
+        scope = [f"task queue {task_queue}" if task_queue else "every task queue"]
+        if args.deployment:
+            scope.append(f"deployment {args.deployment}")
+        where = f"namespace {client.namespace} at {address} ({', '.join(scope)})"
         print(
             f"checked {len(report.checks)} sessions of {where} in {report.seconds:.2f} s: "
             f"{len(report.checks) - len(failing)} ok, {len(breaks)} would break, "
-            f"{len(errors)} could not be checked"
+            f"{len(errors)} could not be checked; {len(drifted)} drifted"
         )
         if breaks:
             print("would break: " + " ".join(c.session_id for c in breaks))
         if errors:
             print("could not be checked: " + " ".join(c.session_id for c in errors))
-    return EXIT_FAILED if failing else EXIT_OK
+        if drifted:
+            print("drifted: " + " ".join(c.session_id for c in drifted))
+    if failing or (args.strict and drifted):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _drift_check(
+    args: argparse.Namespace, settings: Settings, modules: list[str], keyring: Keyring | None
+) -> DriftCheck:
+    """What the sessions' recordings are compared with: ``--tools``, ``--agent``, the store."""
+    from pathlib import Path
+
+    from keel.activities.store import open_store
+    from keel.worker.cli.run_inputs import read_agent
+    from keel.worker.process.drift import DriftCheck
+
+    agent = read_agent(args.agent, settings.model)
+    spec = settings.store
+    reachable = spec.startswith("s3://") or Path(spec.removeprefix("dir:")).is_dir()
+    return DriftCheck(
+        modules=modules,
+        agent=agent.config if agent is not None else None,
+        agent_name=args.agent or "the agent file",
+        store=open_store(spec, keyring) if reachable and modules else None,
+    )
 
 
 _LABELS = {"ok": "ok    ", "breaks": "BREAKS", "error": "ERROR "}
@@ -227,10 +290,12 @@ def add_parser(sub: flags.Subparsers) -> None:
 
     check = commands.add_parser(
         "check",
-        help="replay open sessions' histories against the code installed here",
-        description="Fetch the histories of open sessions and replay them against the "
-        "workflow code installed here, in parallel; print ok or the first mismatch of each; "
-        "exit 1 if any would break (or could not be checked).",
+        help="replay open sessions' histories against the code installed here, report drift",
+        description="Fetch the histories of open sessions (of the workers' task queue) and "
+        "replay them against the workflow code installed here, in parallel; print ok or the "
+        "first mismatch of each, and what each recorded that the tools (--tools) or the agent "
+        "file (--agent) installed here changed: drift. Exit 1 if any would break (or could "
+        "not be checked), or with --strict drifted.",
     )
     check.add_argument(
         "--query",
@@ -240,7 +305,29 @@ def add_parser(sub: flags.Subparsers) -> None:
     )
     check.add_argument("--limit", type=int, help="check at most N sessions, newest first")
     check.add_argument(
-        "--tools", help="tool modules the workers load (their policies run in sessions)"
+        "--task-queue",
+        metavar="Q",
+        help="check the sessions of this task queue (default: the workers', KEEL_TASK_QUEUE, "
+        "else keel; '' for every one)",
+    )
+    check.add_argument(
+        "--all-task-queues", action="store_true", help="check the sessions of every task queue"
+    )
+    check.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="check only the sessions of this Worker Deployment (any of its versions)",
+    )
+    check.add_argument(
+        "--agent",
+        metavar="FILE.toml",
+        help="compare the sessions' system prompt and settings with this agent file's",
+    )
+    check.add_argument("--strict", action="store_true", help="exit 1 when any session drifted, too")
+    check.add_argument(
+        "--tools",
+        help="tool modules the workers load (their policies run in sessions; their tools are "
+        "compared with what sessions recorded)",
     )
     check.add_argument(
         "--workflow",

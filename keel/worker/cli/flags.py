@@ -142,6 +142,23 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
     )
     cmd.add_argument("--token-budget", type=int, metavar="N", help="tokens allowed per session")
     cmd.add_argument(
+        "--turn-cost-budget",
+        type=float,
+        metavar="DOLLARS",
+        help="US dollars a turn's model calls may cost (needs a price)",
+    )
+    cmd.add_argument(
+        "--cost-budget",
+        type=float,
+        metavar="DOLLARS",
+        help="US dollars a session's model calls may cost (needs a price)",
+    )
+    cmd.add_argument(
+        "--on-budget",
+        choices=("ask", "fail"),
+        help="a turn at a cap asks a person for more (ask, the default) or fails",
+    )
+    cmd.add_argument(
         "--model-retry",
         type=float,
         metavar="SECONDS",

@@ -23,18 +23,12 @@ from keel.worker.client.keel_client import KeelClient
 from keel.worker.client.streams import TextChunk
 from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
+from keel.workflows.interrupt_kinds import KINDS
 
 # How long an event that ends a model call waits for the last of that call's text.
 TEXT_END_WAIT_S = 1.0
 
 logger = logging.getLogger(__name__)
-# How ``keel run``'s progress announces an interrupt, by kind (``interrupt_created``); a kind
-# not here reads ``<kind> needed``.
-NEEDED = {
-    "approval": "approval needed",
-    "question": "answer needed",
-    "outcome_unknown": "outcome unknown, a person decides whether it runs again",
-}
 # Printers whose last output is streamed text without its newline (see end_streamed_line).
 _OPEN_LINES: weakref.WeakSet[StreamedText] = weakref.WeakSet()
 
@@ -139,7 +133,8 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
         case "tool_retried":
             return f"tool {d.get('tool')} {retried_text(d)}"
         case "interrupt_created":
-            needed = NEEDED.get(str(d.get("kind")), f"{d.get('kind')} needed")
+            kind = KINDS.get(str(d.get("kind")))  # a kind this client does not know: its name
+            needed = kind.progress if kind is not None else f"{d.get('kind')} needed"
             return f"{needed}: {d.get('tool')} (interrupt {d.get('id')})"
         case "interrupt_decided":
             by = f" by {d['by']}" if d.get("by") else ""

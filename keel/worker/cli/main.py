@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from keel.worker.cli import (
     attach,
+    budget,
     closing,
     codec,
     deploy,
@@ -50,6 +51,7 @@ _COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     evaluation.add_parser,
     closing.add_parser,
     policy.add_parser,
+    budget.add_parser,
     attach.add_parser,
     schedules.add_parser,
     serving.add_parser,

@@ -247,6 +247,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
         approver=approver_name(args),
         always=always,
         always_when=when,
+        extend=getattr(args, "extend", None),
     )
     within_limits(decision)
     async with acting(settings, args, writes=True) as access:
@@ -260,6 +261,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
             key=key,
             always=always,
             always_when=when,
+            extend=decision.extend,
         )
         return await finish_turn(
             access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
@@ -437,6 +439,13 @@ def _add_decisions(sub: flags.Subparsers) -> None:
                 "--always-when",
                 metavar="TESTS",
                 help='--always, for calls whose input passes TESTS: path startswith "docs/"',
+            )
+            cmd.add_argument(
+                "--extend",
+                type=float,
+                metavar="N",
+                help="approving a budget: grant N more model calls, tokens or dollars "
+                "(default: as much as the cap again)",
             )
         flags.key_flag(cmd)
         flags.waiting_flags(cmd)

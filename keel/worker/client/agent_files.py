@@ -3,7 +3,8 @@
 ``keel run --agent FILE.toml`` and ``load_agent_file`` read them. Keys (all optional)::
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
-    turn_token_budget, token_budget, model_retry_s, context_messages, output_schema, notify,
+    turn_token_budget, token_budget, turn_cost_budget, cost_budget, on_budget (ask | fail),
+    model_retry_s, context_messages, output_schema, notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
     effects (tool name -> read | idempotent | write), [agents.NAME] (+ description)
 
@@ -25,7 +26,7 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -64,6 +65,9 @@ class _AgentTable(BaseModel):
     max_cycles: int | None = Field(default=None, gt=0)
     turn_token_budget: int | None = Field(default=None, gt=0)
     token_budget: int | None = Field(default=None, gt=0)
+    turn_cost_budget: float | None = Field(default=None, gt=0)
+    cost_budget: float | None = Field(default=None, gt=0)
+    on_budget: Literal["ask", "fail"] | None = None
     model_retry_s: float | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
@@ -188,6 +192,9 @@ class _Reader:
             "max_cycles_per_turn": table.max_cycles,
             "max_turn_tokens": table.turn_token_budget,
             "max_session_tokens": table.token_budget,
+            "max_turn_cost_usd": table.turn_cost_budget,
+            "max_session_cost_usd": table.cost_budget,
+            "on_budget": table.on_budget,
             "model_retry_s": table.model_retry_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
@@ -202,7 +209,7 @@ class _Reader:
             "tool_effects": self.inherited_effects(effects or {}, table, where),
         }
         # a bound the file does not set keeps SessionConfig's default (None would lift it)
-        for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s"):
+        for bound in ("max_cycles_per_turn", "max_turn_tokens", "model_retry_s", "on_budget"):
             if settings[bound] is None:
                 del settings[bound]
         if table.output_schema is not None:

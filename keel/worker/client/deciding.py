@@ -17,6 +17,7 @@ from keel.worker.client.calls import settling
 from keel.worker.client.reading import SessionReader
 from keel.worker.signing import ApproverKey
 from keel.workflows.approvals import UnknownInterrupt
+from keel.workflows.budget_contracts import BudgetAck, BudgetInput
 from keel.workflows.contracts import (
     Answer,
     Condition,
@@ -46,6 +47,7 @@ class SessionDecider(SessionReader):
         key: ApproverKey | None = None,
         always: bool = False,
         always_when: Sequence[Condition] = (),
+        extend: float | None = None,
     ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
@@ -60,6 +62,8 @@ class SessionDecider(SessionReader):
                 (a standing approval; see ``policy`` and ``revoke``).
             always_when: tests a later call's input must pass to be covered
                 (``keel.workflows.standing.parse_conditions`` reads them from text).
+            extend: approving a ``budget`` interrupt, grant this much more of the cap
+                reached (model calls, tokens or dollars) instead of its allowance once more.
 
         Raises:
             RequestRejected: the id is unknown or no longer pending, the approver is not
@@ -73,6 +77,7 @@ class SessionDecider(SessionReader):
             approver=approver,
             always=always,
             always_when=list(always_when),
+            extend=extend,
         )
         return await self._send_decision(session_id, update, key)
 
@@ -148,6 +153,22 @@ class SessionDecider(SessionReader):
             RequestRejected: the tool has no standing approval, or ``by`` is not an approver.
         """
         return await self._update(session_id, AgentSession.revoke, RevokeInput(tool=tool, by=by))
+
+    async def budget(
+        self,
+        session_id: str,
+        *,
+        tokens: int | None = None,
+        cost_usd: float | None = None,
+        by: str | None = None,
+    ) -> BudgetAck:
+        """Raise (or set) the session's token or cost budget; a turn parked on it goes on.
+
+        Raises:
+            RequestRejected: neither is given, or ``by`` is not an approver of the session.
+        """
+        update = BudgetInput(tokens=tokens, cost_usd=cost_usd, by=by)
+        return await self._update(session_id, AgentSession.budget, update)
 
     async def respond(
         self,

@@ -9,7 +9,9 @@ a Keel worker would run it (``keel.worker.process.plugin.replayer``: the same sa
 interceptors and data converter, encrypted payloads decoded with the keys given). Histories
 are fetched and replayed in several lanes at once; each session comes out ``ok``,
 ``breaks`` (with the first command that does not match its history) or ``error`` (the
-history could not be read or replayed, e.g. a payload no key here decrypts).
+history could not be read or replayed, e.g. a payload no key here decrypts). Given a
+``DriftCheck``, the same histories are also compared with the tools and agent file installed
+here (``keel.worker.process.drift``): each check then lists its drift.
 
 ``keel deploy check`` is this function, run from the new release's installation.
 """
@@ -17,6 +19,7 @@ history could not be read or replayed, e.g. a payload no key here decrypts).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections import deque
@@ -26,10 +29,13 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHistory
+from temporalio.converter import DataConverter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError
 
 from keel.activities.store.encrypted import Keyring
+from keel.worker.payloads import data_converter
+from keel.worker.process.drift import Drift, DriftCheck, Recorded, read_recorded
 from keel.worker.process.plugin import replayer
 from keel.workflows.session import AgentSession
 
@@ -54,12 +60,20 @@ class SessionCheck:
             ``error``: the history could not be fetched, decoded or replayed.
         detail: for ``breaks``, the first mismatch Temporal's replay reports (which command
             the code gave where the history has another event); for ``error``, what failed.
+        drift: what the session recorded that differs from the tools and agent file installed
+            here (empty when drift was not checked, or the history could not be read).
     """
 
     session_id: str
     run_id: str
     outcome: Outcome
     detail: str | None = None
+    drift: tuple[Drift, ...] = ()
+
+    @property
+    def drifted(self) -> bool:
+        """Whether any of its drift counts (not only ``info``)."""
+        return any(d.level == "drift" for d in self.drift)
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,11 @@ class CheckReport:
         """The sessions this release would break, or that could not be checked."""
         return [c for c in self.checks if c.outcome != "ok"]
 
+    @property
+    def drifted(self) -> list[SessionCheck]:
+        """The sessions with drift (``info`` alone does not count)."""
+        return [c for c in self.checks if c.drifted]
+
 
 def workflow_name(cls: type) -> str:
     """The workflow type name of a ``@workflow.defn`` class.
@@ -87,11 +106,35 @@ def workflow_name(cls: type) -> str:
     return defn.name
 
 
-def sessions_query(names: Sequence[str], query: str | None = DEFAULT_QUERY) -> str:
-    """The visibility query of the workflows to check: of these types, and ``query``."""
-    quoted = ", ".join('"' + n.replace("\\", "\\\\").replace('"', '\\"') + '"' for n in names)
-    types = f"WorkflowType = {quoted}" if len(names) == 1 else f"WorkflowType IN ({quoted})"
-    return f"{types} AND ({query})" if query else types
+def sessions_query(
+    names: Sequence[str],
+    query: str | None = DEFAULT_QUERY,
+    *,
+    task_queue: str | None = None,
+    deployment: str | None = None,
+) -> str:
+    """The visibility query of the workflows to check.
+
+    Args:
+        names: their workflow types.
+        query: a visibility query they must also match.
+        task_queue: only those of this task queue.
+        deployment: only those of this Worker Deployment (any of its versions).
+    """
+    quoted = ", ".join(_literal(n) for n in names)
+    parts = [f"WorkflowType = {quoted}" if len(names) == 1 else f"WorkflowType IN ({quoted})"]
+    if task_queue:
+        parts.append(f"TaskQueue = {_literal(task_queue)}")
+    if deployment:
+        parts.append(f"TemporalWorkerDeployment = {_literal(deployment)}")
+    if query:
+        parts.append(f"({query})")
+    return " AND ".join(parts)
+
+
+def _literal(text: str) -> str:
+    """A string literal of Temporal's visibility query language."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 async def check_sessions(
@@ -103,6 +146,9 @@ async def check_sessions(
     keyring: Keyring | None = None,
     lanes: int = DEFAULT_LANES,
     on_progress: Callable[[int, int], None] | None = None,
+    task_queue: str | None = None,
+    deployment: str | None = None,
+    drift: DriftCheck | None = None,
 ) -> CheckReport:
     """Replay the histories of the sessions ``query`` finds against ``workflows``.
 
@@ -116,6 +162,10 @@ async def check_sessions(
         keyring: the keys that decrypt the histories' payloads.
         lanes: how many replayers run at once.
         on_progress: called with (done, total) as sessions are checked, and once before.
+        task_queue: only the sessions of this task queue.
+        deployment: only the sessions of this Worker Deployment.
+        drift: compare what each session recorded with the tools and agent file installed
+            here; None: replay only.
 
     Raises:
         RPCError: the listing failed (e.g. a malformed query).
@@ -124,8 +174,13 @@ async def check_sessions(
     names = [workflow_name(cls) for cls in workflows]
     executions = [
         (e.id, e.run_id)
-        async for e in client.list_workflows(sessions_query(names, query), limit=limit)
+        async for e in client.list_workflows(
+            sessions_query(names, query, task_queue=task_queue, deployment=deployment),
+            limit=limit,
+        )
     ]
+    converter = data_converter(keyring)
+    recordings: dict[tuple[str, str], Recorded | str] = {}
     total, done = len(executions), 0
     if on_progress is not None:
         on_progress(0, total)
@@ -150,6 +205,8 @@ async def check_sessions(
             except RPCError as err:
                 record(SessionCheck(session_id, run_id, "error", f"history: {err.message}"))
                 continue
+            if drift is not None:
+                recordings[(session_id, run_id)] = await _recorded(history, converter)
             fed.append((session_id, run_id))
             yield history
 
@@ -160,12 +217,39 @@ async def check_sessions(
         replay = replayer(workflows, keyring=keyring, namespace=client.namespace, runtime=runtime)
         async with replay.workflow_replay_iterator(histories(fed)) as replayed:
             async for result in replayed:
-                record(_check(fed.popleft(), result.replay_failure))
+                key = fed.popleft()
+                check = _check(key, result.replay_failure)
+                recorded = recordings.pop(key, None)
+                if drift is not None and recorded is not None and check.outcome != "error":
+                    check = await _with_drift(check, recorded, drift)
+                record(check)
 
     if executions:
         await asyncio.gather(*(lane() for _ in range(max(1, min(lanes, total)))))
     ordered = [results[e] for e in executions if e in results]
     return CheckReport(ordered, time.monotonic() - started)
+
+
+async def _recorded(history: WorkflowHistory, converter: DataConverter) -> Recorded | str:
+    """What the history recorded, or why it could not be read."""
+    try:
+        return await read_recorded(history, converter)
+    except Exception as err:  # noqa: BLE001 - any failure is reported on its session
+        return replay_error(f"{type(err).__name__}: {err}")
+
+
+async def _with_drift(
+    check: SessionCheck, recorded: Recorded | str, drift: DriftCheck
+) -> SessionCheck:
+    """The check with its session's drift."""
+    if isinstance(recorded, str):
+        found = [Drift("unreadable", None, recorded)]
+    else:
+        try:
+            found = await drift.drift_of(recorded)
+        except Exception as err:  # noqa: BLE001 - a hostile history must not stop the check
+            found = [Drift("unreadable", None, _one_line(f"{type(err).__name__}: {err}"))]
+    return dataclasses.replace(check, drift=tuple(found))
 
 
 def _quiet_runtime() -> Runtime:

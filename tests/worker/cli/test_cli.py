@@ -283,7 +283,7 @@ def test_turn_token_budget_flag_ends_the_turn(
     session = f"ttb-{uuid.uuid4().hex[:8]}"
     done = keel(
         "run", "--json", "--session", session, "--model", model, "--tools", SAMPLE_TOOLS,
-        "--turn-token-budget", "50", "loop", env=server_env,
+        "--turn-token-budget", "50", "--on-budget", "fail", "loop", env=server_env,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     result = json.loads(done.stdout)

@@ -22,6 +22,7 @@ from keel.worker.signing import generate_key
 from keel.workflows.contracts import Decision, SessionConfig
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.outcome_unknown import (
+    RETRIED,
     outcome_unknown,
     records,
     retried_event,
@@ -223,6 +224,9 @@ async def test_effects_lists_each_call_and_show_and_watch_name_a_retry(
             assert shown.returncode == 0, shown.stderr
             retried = "tool refund retried (attempt 2): previous attempt ended without a result"
             assert f"[{retried}]" in shown.stdout.splitlines()
+            shown_json = await run("show", session, "--json", env=env, cwd=tmp_path)
+            assert shown_json.returncode == 0, shown_json.stderr
+            assert json.loads(shown_json.stdout)["tool_retried"] == [{"turn": 1, **RETRIED}]
 
             watched = await run("watch", session, "--until-idle", env=env, cwd=tmp_path)
             assert watched.returncode == 3, watched.stderr  # its turn waits for a person

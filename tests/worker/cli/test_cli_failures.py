@@ -56,6 +56,7 @@ COMMANDS = (
     "schedule",
     "ui",
     "policy",
+    "budget",
     "attach",
     "deploy",
     "replay",
@@ -79,13 +80,14 @@ ON_A_SESSION = {
     "watch": ["watch", "S"],
     "wait": ["wait", "S"],
     "policy": ["policy", "S"],
+    "budget": ["budget", "S", "--tokens", "1000"],
     "replay": ["replay", "S", "--model", "scripted:x.json"],
     "fork": ["fork", "S", "--at", "1"],
     "export": ["export", "S"],
     "eval": ["eval", "S", "--model", "scripted:x.json"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
-WAITING = ("run", "approve", "deny", "respond", "resolve", "steer", "cancel", "watch")
+WAITING = ("run", "approve", "deny", "respond", "resolve", "steer", "cancel", "watch", "budget")
 # The commands that read a session, and so fail (exit 1) when no worker can answer.
 READING = ("pending", "show", "policy", "effects")
 
@@ -518,6 +520,7 @@ MALFORMED: list[tuple[list[str], str]] = [
         "keel: --approver-key 'alice': expected NAME=PUBLIC_KEY",
     ),
     (["policy"], "keel policy: the following arguments are required: session"),
+    (["budget", "s1"], "keel: give --tokens N, --cost DOLLARS or both"),
     (["close"], "keel close: the following arguments are required: session"),
     (["close", "s1", "--timeout", "0"], "keel: --timeout must be more than 0 seconds"),
     (["attach", "s1"], "keel attach: the following arguments are required: --tools"),
