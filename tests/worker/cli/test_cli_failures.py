@@ -525,6 +525,12 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["close", "s1", "--timeout", "0"], "keel: --timeout must be more than 0 seconds"),
     (["attach", "s1"], "keel attach: the following arguments are required: --tools"),
     (["deploy"], "keel deploy: the following arguments are required: deploy_command"),
+    (["replay", "s1"], "keel: give the model to replay with: --model SPEC"),
+    (["fork", "s1"], "keel fork: the following arguments are required: --at"),
+    (["fork", "s1", "--at", "x"], "keel fork: argument --at: invalid int value: 'x'"),
+    (["export"], "keel export: the following arguments are required: session"),
+    (["eval", "x.json", "--model", "nope:x"], "keel: --model: "),
+    (["eval", "missing.json", "--model", "scripted:x.json"], "keel: missing.json: no such case"),
 ]
 
 
