@@ -34,6 +34,7 @@ from keel.activities.models import (
     is_async_provider,
     resolve_model,
 )
+from keel.activities.prices import PriceTable
 from keel.activities.store import ConversationStore, StoreError
 from keel.activities.structured import OutputSchemaError, check_output_schema, violations
 from keel.activities.text_streams import StreamAdvert, TextStream, TextStreams
@@ -49,6 +50,7 @@ from keel.workflows.activity_options import (
 )
 from keel.workflows.boundary import merge_roles
 from keel.workflows.contracts import PrefixRef, ToolSpec
+from keel.workflows.cost import call_cost
 from keel.workflows.messages import tool_uses
 
 if TYPE_CHECKING:
@@ -157,6 +159,7 @@ class ModelActivities:
         streams: TextStreams | None = None,
         request_log: str | None = None,
         environ: Mapping[str, str] | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         """Use a store for conversation prefixes, and describe the MCP servers' tools too.
 
@@ -169,12 +172,15 @@ class ModelActivities:
                 each (``KEEL_SCRIPTED_LOG``), so a test can see what the model saw.
             environ: the worker's environment, read once by its settings: what providers
                 take their variables from (``OPENAI_BASE_URL``, say).
+            prices: the worker's price table (``KEEL_PRICES``): what a call costs when its
+                session gives no price of its own.
         """
         self.store = store
         self.mcp = mcp
         self.streams = streams
         self.request_log = request_log
         self.environ = dict(environ or {})
+        self.prices = prices or PriceTable()
         # Tool specs by digest, validated once: a session sends the same digest every call.
         self._specs = functools.lru_cache(maxsize=256)(self._load_specs)
 
@@ -257,7 +263,8 @@ class ModelActivities:
             request: the stored prefix, the new messages, tools and model spec.
 
         Returns:
-            The assistant message, stop reason, token usage and the new stored prefix.
+            The assistant message, stop reason, token usage, its cost (at the request's
+            price, else the worker's; None when unknown) and the new stored prefix.
 
         Raises:
             ApplicationError: non-retryable for failures retrying cannot fix (``ModelError``,
@@ -300,6 +307,8 @@ class ModelActivities:
             request.cycle,
             response.stopReason,
         )
+        price = request.price if request.price is not None else self.prices.price(request.model)
+        extra["cost_usd"] = call_cost(price, response.usage)
         return response.model_copy(update=extra)
 
     async def _answer(

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import TLSConfig
 
+from keel.activities.prices import PriceTable, PriceTableError
 from keel.activities.store.encrypted import EncryptionKeyError, Keyring, parse_key
 from keel.workflows.activity_options import DEFAULT_JUDGE_TIMEOUT_S, MAX_JUDGE_TIMEOUT_S
 
@@ -107,6 +108,8 @@ class Settings:
         ui_token, ui_key, ui_approver: ``KEEL_UI_TOKEN``, ``KEEL_UI_KEY``,
             ``KEEL_UI_APPROVER`` of ``keel ui``.
         temporal_cli: ``KEEL_TEMPORAL_CLI``, the ``temporal`` executable to embed.
+        prices_file: ``KEEL_PRICES``, a TOML file whose ``[prices]`` table prices the
+            fleet's models (``keel.activities.prices``); ``prices()`` reads it.
         judge_timeout: ``KEEL_JUDGE_TIMEOUT_S`` as given: how long a function judge may think
             before the call it judges goes to a person (``judge_timeout_s`` checks it).
         state_home: the user's state directory (``XDG_STATE_HOME``, else
@@ -150,6 +153,7 @@ class Settings:
     ui_approver: str | None = None
     temporal_cli: str | None = None
     judge_timeout: str | None = None
+    prices_file: str | None = None
     state_home: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -202,6 +206,7 @@ class Settings:
             ui_approver=env.get("KEEL_UI_APPROVER") or None,
             temporal_cli=env.get("KEEL_TEMPORAL_CLI") or None,
             judge_timeout=env.get("KEEL_JUDGE_TIMEOUT_S") or None,
+            prices_file=env.get("KEEL_PRICES") or None,
             state_home=_state_home(env),
             environ=dict(env),
         )
@@ -227,6 +232,19 @@ class Settings:
                 f"{MAX_JUDGE_TIMEOUT_S:g} seconds"
             )
         return seconds
+
+    def prices(self) -> PriceTable:
+        """The worker's price table, from ``KEEL_PRICES``; empty when it is unset.
+
+        Raises:
+            ConfigError: the file cannot be read, or its ``[prices]`` table is invalid.
+        """
+        if self.prices_file is None:
+            return PriceTable()
+        try:
+            return PriceTable.load(self.prices_file)
+        except PriceTableError as err:
+            raise ConfigError(f"KEEL_PRICES: {err}") from None
 
     def deployment_version(self) -> WorkerDeploymentVersion | None:
         """The Worker Deployment Version a worker runs as, checked; None when unversioned.

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
+from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import (
     Answer,
     Decision,
@@ -76,7 +77,9 @@ class ModelRequest(CompactModel):
     the specs it resolved, in the request it hands to the model provider. ``extra_tools``
     (sent with ``describe_modules`` only) are specs the workflow itself offers, such as the
     structured-output tool; ``output_tool`` names that tool, whose uses the activity
-    validates against its input schema (``ModelResponse.output_errors``).
+    validates against its input schema (``ModelResponse.output_errors``). ``price``: the
+    session's own (``SessionConfig.price``), which the activity prices the call with over the
+    worker's price table; left out when the session has none.
     """
 
     session_id: str
@@ -94,6 +97,7 @@ class ModelRequest(CompactModel):
     describe_modules: list[str] | None = None
     extra_tools: list[ToolSpec] | None = None
     output_tool: str | None = None
+    price: ModelPrice | None = None
 
 
 class ModelResponse(CompactModel):
@@ -109,6 +113,9 @@ class ModelResponse(CompactModel):
             their terms only (``ToolSpec.terms``); the whole specs are under ``tools_digest``.
         output_errors: for each use of the request's ``output_tool`` (by toolUseId), what is
             wrong with its input against the output schema; an empty list means valid.
+        cost_usd: what this call cost in US dollars, at the request's price or the worker's
+            (``keel.activities.prices``); None when unknown (no price, usage not reported),
+            and in histories from before prices.
     """
 
     message: Message
@@ -118,6 +125,7 @@ class ModelResponse(CompactModel):
     tools_digest: str | None = None
     tools: list[ToolSpec] | None = None
     output_errors: dict[str, list[str]] | None = None
+    cost_usd: float | None = None
 
 
 def idempotency_key(session_id: str, tool_use_id: str) -> str:

@@ -34,8 +34,11 @@ class AgentResult(KeelModel):
         stop_reason: the model's last stop reason.
         message: the turn's last assistant message.
         output: the structured output, with an ``output_schema``; else None.
-        usage: tokens used.
+        usage: tokens used (its own sub-agents' included).
         error: why the turn failed, if it did.
+        cost_usd: what the turn cost in US dollars: the known part, None while none is
+            (``keel.workflows.cost``).
+        cost_unknown: some of its cost is unknown: ``cost_usd`` leaves it out.
     """
 
     session_id: str
@@ -45,6 +48,8 @@ class AgentResult(KeelModel):
     output: Any = None
     usage: TokenUsage = TokenUsage()
     error: str | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False
 
 
 def child_session_id(parent_id: str, key: str) -> str:
@@ -102,4 +107,6 @@ def agent_result(child_id: str, result: SessionResult) -> AgentResult:
         output=turn.output,
         usage=turn.usage,
         error=turn.error,
+        cost_usd=turn.cost_usd,
+        cost_unknown=turn.cost_unknown,
     )

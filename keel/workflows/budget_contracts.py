@@ -33,8 +33,8 @@ class ModelPrice(KeelModel):
         output: per million output tokens.
     """
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
 
 
 class BudgetInput(KeelModel):

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from keel.workflows.budget_contracts import ModelPrice, OnBudget
+from keel.workflows.cost import Spend
 from keel.workflows.keel_model import KeelModel as KeelModel  # re-exported: its old home
 from keel.workflows.messages import (
     ContentBlock,
@@ -58,6 +59,7 @@ EventType = Literal[
     "standing_approval_granted",
     "standing_approval_used",
     "standing_approval_revoked",
+    "standing_approval_exhausted",
     "judge_verdict",
     "tool_retried",
     "replay_answered",
@@ -408,6 +410,9 @@ class Condition(KeelModel):
 class StandingApproval(KeelModel):
     """A person's "approve, and stop asking" for one tool in one session.
 
+    Its bounds (``keel.workflows.standing_bounds``), each unset unless the granting decision
+    set it: past any of them it covers no more calls and ends (``standing_approval_exhausted``).
+
     Attributes:
         tool: the tool's name; its later calls in the session run without asking.
         when: tests every later call's input must pass (all of them); none: every call.
@@ -415,6 +420,11 @@ class StandingApproval(KeelModel):
         key_fingerprint: the fingerprint of the key that signed it, when signatures count.
         interrupt_id: the interrupt whose decision granted it.
         turn: the turn it was granted in.
+        max_uses: how many later calls it covers at most (``Decision.max_uses``).
+        uses: how many it covered (counted when ``max_uses`` is set).
+        expires_at: when it ends (ISO 8601, the workflow's time at the grant plus ``for_s``).
+        total: the running total it allows: ``amount <= 100`` (``Decision.total``).
+        spent: the sum of that field over the calls it covered (when ``total`` is set).
     """
 
     tool: str
@@ -423,6 +433,24 @@ class StandingApproval(KeelModel):
     key_fingerprint: str | None = None
     interrupt_id: str
     turn: int
+    max_uses: int | None = None
+    uses: int = 0
+    expires_at: str | None = None
+    total: Condition | None = None
+    spent: float = 0
+
+    @model_serializer(mode="wrap")
+    def _without_unset_bounds(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Leave out the bounds not set: an approval without them reads as before them."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for bound, kept in (("max_uses", "uses"), ("total", "spent")):
+                if data.get(bound) is None:
+                    data.pop(bound, None)
+                    data.pop(kept, None)
+            if data.get("expires_at") is None:
+                data.pop("expires_at", None)
+        return data
 
 
 class Decision(KeelModel):
@@ -437,7 +465,9 @@ class Decision(KeelModel):
     ``keel.workflows.signing.approval_message`` by the approver's key, required when the
     session has ``approver_keys``. ``always``: an approval that also stands for the
     tool's later calls in this session (those whose input passes ``always_when``); signed,
-    it is part of what the signature covers.
+    it is part of what the signature covers. Its bounds, with ``always`` only (each signed
+    too, when set): ``max_uses`` later calls at most, for ``for_s`` seconds at most, and a
+    running ``total`` over a numeric field of the input (``amount <= 100``).
     """
 
     interrupt_id: str = Field(min_length=1)
@@ -449,13 +479,18 @@ class Decision(KeelModel):
     always_when: list[Condition] = Field(default_factory=list)
     result: str | None = None
     extend: float | None = Field(default=None, gt=0)
+    max_uses: int | None = Field(default=None, ge=1)
+    for_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    total: Condition | None = None
 
     @model_serializer(mode="wrap")
     def _without_empty_result(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Leave ``result`` out unless set: a worker from before it reads the decision too."""
+        """Leave out ``result`` and the bounds unless set: a worker from before them reads it."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("result") is None:
-            data.pop("result", None)
+        if isinstance(data, dict):
+            for name in ("result", "max_uses", "for_s", "total"):
+                if data.get(name) is None:
+                    data.pop(name, None)
         return data
 
 
@@ -616,8 +651,13 @@ class TurnRecord(KeelModel):
         output: the structured output (the input of the accepted ``final_result`` call) of
             a session with an ``output_schema``; None otherwise.
         reminders: how often the model was told to call ``final_result`` in this turn.
-        cost_usd: what the turn's model calls cost in US dollars, when every one's price
-            and usage are known; None otherwise (unknown, never 0).
+        cost_usd: what the turn's model calls (and its sub-agents) cost in US dollars: the
+            known part, None while no call's cost is known (never 0 for unknown;
+            ``keel.workflows.cost``).
+        cost_unknown: some call's cost is unknown (no price, or usage not reported):
+            ``cost_usd`` leaves it out, the turn cost at least that much.
+        sub_agents: what the turn's sub-agents spent, by sub-agent name (also counted in
+            ``usage`` and ``cost_usd``).
         allowance: what people granted the turn past its caps, by cap name
             (``keel.workflows.budget_contracts.CapName``): extra model calls, tokens, dollars.
     """
@@ -633,6 +673,8 @@ class TurnRecord(KeelModel):
     output: Any = None
     reminders: int = 0
     cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
     allowance: dict[str, float] = Field(default_factory=dict)
 
 
@@ -682,7 +724,9 @@ class SessionState(KeelModel):
     toolResult in ``messages`` that the tool activity stored has no content here: its digest
     is in ``result_refs`` (by toolUseId), and ``KeelClient.state`` reads it back.
     ``prompt_at`` says where each turn's prompt is (``Ledger.prompt_at``); ``replay`` how a
-    replay session follows its recording.
+    replay session follows its recording. ``usage`` and ``cost_usd`` / ``cost_unknown`` are
+    the session's totals, its sub-agents' included; ``sub_agents`` lists those apart, by
+    sub-agent name (``keel.workflows.cost``).
     """
 
     session_id: str
@@ -701,6 +745,9 @@ class SessionState(KeelModel):
     run: int = 1
     prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
     replay: ReplayProgress | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
 
 
 class Notification(KeelModel):
@@ -734,9 +781,13 @@ class SessionResult(KeelModel):
     Attributes:
         last_turn: the session's last turn: for a single-turn session (``run_agent``, a
             sub-agent), its one turn.
+        cost_usd: what the session cost in US dollars, as ``Ledger.cost_usd`` says.
+        cost_unknown: some of its calls' cost is unknown (``Ledger.cost_unknown``).
     """
 
     session_id: str
     turns: int
     usage: TokenUsage
     last_turn: TurnRecord | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False

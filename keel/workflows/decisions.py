@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.interrupt_kinds import decision_refusal, kind_of
     from keel.workflows.ledger import Ledger
     from keel.workflows.standing import check_standing, covers
+    from keel.workflows.standing_bounds import bounded, count, fits, granted
     from keel.workflows.sub_agents import SubAgents
 
 # decide/respond signals a workflow task keeps for interrupts it may yet open, newest first
@@ -160,6 +161,7 @@ class Decisions:
                     interrupt_id=interrupt.id,
                     turn=interrupt.turn,
                 )
+                granted(approval, message, workflow.now())
                 self._ledger.grant(approval)
                 self._approve_waiting(approval, key)
         else:
@@ -169,7 +171,11 @@ class Decisions:
         self._sub_agents.forward_later(interrupt, message)  # sessions from before the patch
 
     def _approve_waiting(self, approval: StandingApproval, key: str | None) -> None:
-        """Other calls of the tool that wait now and pass its tests are approved with it."""
+        """Other calls of the tool that wait now and pass its tests are approved with it.
+
+        Within its bounds: each counts as a use, in the order they opened; past a bound the
+        rest keep waiting for a person.
+        """
         for waiting in self._ledger.pending_interrupts():
             if (
                 kind_of(waiting).standing
@@ -177,8 +183,18 @@ class Decisions:
                 and waiting.id not in self._ledger.mirrored
                 and covers(approval.when, waiting.tool_use.input)
             ):
+                ran_out = None
+                if bounded(approval):
+                    if self._ledger.standing.get(approval.tool) is not approval:
+                        return  # it ran out on an earlier one
+                    added = fits(approval, waiting.tool_use.input, workflow.now())
+                    if added is None:
+                        continue  # its amount does not fit what is left of the total
+                    ran_out = count(approval, added)
                 why = f"standing approval from interrupt {approval.interrupt_id}"
                 self._ledger.close_interrupt(waiting, "approved", approval.granted_by, why, key)
+                if ran_out is not None:
+                    self._ledger.run_out(approval, ran_out, waiting.turn)
 
     def check_revoke(self, input: RevokeInput) -> None:
         """The ``revoke`` update validator."""

@@ -228,6 +228,9 @@ class SessionRequests:
             run=ledger.run,
             prompt_at=ledger.prompt_at,
             replay=ledger.replay,
+            cost_usd=ledger.cost_usd,
+            cost_unknown=ledger.cost_unknown,
+            sub_agents=ledger.sub_agents,
         )
 
     def pending(self) -> PendingView:

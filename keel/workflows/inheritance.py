@@ -21,7 +21,9 @@ decide: the child may narrow them, never widen them.
   ``idempotent`` < ``write``) but not looser: a tool the parent treats as ``write`` is not run
   again unasked after a crash in the child either.
 - standing approvals the parent hands down: only those granted by an approver the child
-  kept (and, when the child requires signatures, signed by that approver's key).
+  kept (and, when the child requires signatures, signed by that approver's key), and none
+  with bounds (``keel.workflows.standing_bounds``): a child's copy would count its uses and
+  total apart from its parent's, so together they could run past the bounds; the child asks.
 
 Pure module: imported by workflow code.
 """
@@ -34,6 +36,7 @@ from keel.workflows.approvals import signer_fingerprint
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, StandingApproval
 from keel.workflows.effect_tables import EffectTableError, narrowed
+from keel.workflows.standing_bounds import bounded
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:
@@ -85,6 +88,8 @@ def inherited_standing(
     """
     kept = []
     for approval in standing:
+        if bounded(approval):
+            continue  # its uses and total are counted in the parent's session, not copied
         who = approval.granted_by
         if child.approvers and who not in child.approvers:
             continue  # granted by an approver the child dropped

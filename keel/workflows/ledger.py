@@ -41,6 +41,7 @@ from keel.workflows.contracts import (
     TurnRecord,
     TurnStatus,
 )
+from keel.workflows.cost import Spend, add_cost
 from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.limits import UPDATE_MEMORY_BYTES
 from keel.workflows.messages import (
@@ -143,8 +144,11 @@ class Ledger(KeelModel):
             it (a prompt may join a trailing user message). Kept for every turn: a replay
             or an export splits the conversation into turns with it.
         replay: a replay session's progress through its recording (``SessionConfig.replay``).
-        cost_usd: what the session's model calls cost in US dollars, when every one's price
-            and usage are known; None otherwise.
+        cost_usd: what the session's model calls (and its sub-agents) cost in US dollars:
+            the known part, None while no call's cost is known (``keel.workflows.cost``).
+        cost_unknown: some call's cost is unknown: ``cost_usd`` leaves it out.
+        sub_agents: what the session's sub-agents spent, by sub-agent name; also counted in
+            ``usage`` and ``cost_usd``.
         budgets: the session's caps as raised by the ``budget`` update, by cap name
             (``session_tokens``, ``session_cost``), over ``SessionConfig``'s.
     """
@@ -182,6 +186,8 @@ class Ledger(KeelModel):
     prompt_at: dict[int, tuple[int, int]] = Field(default_factory=dict)
     replay: ReplayProgress | None = None
     cost_usd: float | None = None
+    cost_unknown: bool = False
+    sub_agents: dict[str, Spend] = Field(default_factory=dict)
     budgets: dict[str, float] = Field(default_factory=dict)
 
     @field_serializer("tool_use_ids")
@@ -265,6 +271,23 @@ class Ledger(KeelModel):
         """Count a model call's tokens for the turn and the session."""
         record.usage = record.usage + usage
         self.usage = self.usage + usage
+
+    def add_cost(self, record: TurnRecord, cost_usd: float | None) -> None:
+        """Count a model call's cost (None: unknown) for the turn and the session."""
+        record.cost_usd, record.cost_unknown = add_cost(
+            record.cost_usd, record.cost_unknown, cost_usd
+        )
+        self.cost_usd, self.cost_unknown = add_cost(self.cost_usd, self.cost_unknown, cost_usd)
+
+    def add_sub_agent(self, record: TurnRecord, name: str, spend: Spend) -> None:
+        """Count what a sub-agent's session spent: in the totals, and listed apart."""
+        self.add_usage(record, spend.usage)
+        for holder in (record, self):
+            if spend.cost_usd is not None:
+                holder.cost_usd = (holder.cost_usd or 0.0) + spend.cost_usd
+            holder.cost_unknown = holder.cost_unknown or spend.cost_unknown
+            listed = holder.sub_agents.get(name)
+            holder.sub_agents[name] = spend if listed is None else listed + spend
 
     # ------------------------------------------------------------------ turns and events
 
@@ -439,12 +462,23 @@ class Ledger(KeelModel):
     def grant(self, approval: StandingApproval) -> None:
         """Record a standing approval (replacing the tool's earlier one)."""
         self.standing[approval.tool] = approval
+        total = approval.total
+        bounds: dict[str, Any] = {  # each only when set: one without bounds records as before
+            name: value
+            for name, value in (
+                ("max_uses", approval.max_uses),
+                ("expires_at", approval.expires_at),
+                ("total", None if total is None else f"{total.field} {total.op} {total.value}"),
+            )
+            if value is not None
+        }
         self.emit(
             "standing_approval_granted",
             turn=approval.turn,
             tool=approval.tool,
             by=approval.granted_by,
             tests=len(approval.when),  # the tests themselves are in ``standing``, once
+            **bounds,
         )
 
     def revoke(self, tool: str, by: str | None) -> StandingApproval:
@@ -452,6 +486,17 @@ class Ledger(KeelModel):
         approval = self.standing.pop(tool)
         self.emit("standing_approval_revoked", turn=self.current_turn, tool=tool, by=by)
         return approval
+
+    def run_out(self, approval: StandingApproval, why: str, turn: int | None = None) -> None:
+        """End a standing approval past one of its bounds; the tool's next call asks."""
+        if self.standing.get(approval.tool) is approval:
+            del self.standing[approval.tool]
+        self.emit(
+            "standing_approval_exhausted",
+            turn=self.current_turn if turn is None else turn,
+            tool=approval.tool,
+            why=why,
+        )
 
     def _refresh_status(self, record: TurnRecord) -> None:
         """A running turn is ``awaiting_human`` while any of its interrupts waits."""

@@ -19,7 +19,7 @@ what the next run carries       worst case                                  byte
 prompts queued                  ``QUEUED_PROMPT_BYTES``                       256,056
 conversation not stored yet     the running prompt, guidance shown             296,673
 guidance waiting                ``STEERING_QUEUED`` x ``STEER_BYTES``           40,059
-standing approvals              ``STANDING_APPROVALS`` x 10 x ``TEST_BYTES``   178,717
+standing approvals              ``STANDING_APPROVALS`` x 11 x ``TEST_BYTES``   199,005
 closed interrupts (50)          ``ANSWER_BYTES`` (or a reason), a name         234,419
 ended client calls (50)         a client name, the note kept, the key          134,869
 turns (20)                      a cancel reason each                            44,011
@@ -27,10 +27,11 @@ events (50)                     names and ids (no tests, no texts)              
 update ids and answers          ``UPDATE_MEMORY_BYTES`` twice                  123,628
 ==============================  ==========================================  =========
 
-1,333,625 bytes in all with a small configuration: about 700 KB under the 2 MB cap for a
+1,332,977 bytes in all with a small configuration: about 700 KB under the 2 MB cap for a
 larger configuration and what the model wrote. A client's result (``CLIENT_RESULT_BYTES``) is
 not carried: a worker checks it before the session may continue-as-new, and the ledger then
-keeps only its digest. A standing approval's tests are kept in the approval only (its event
+keeps only its digest. A standing approval's tests (10, and its ``total``: 11 tests' worth,
+with its other bounds, ``MAX_USES`` and ``MAX_FOR_S``) are kept in the approval only (its event
 counts them) and dropped guidance is counted, not kept; a revoked approval is kept in the
 revoke's answer (within ``UPDATE_MEMORY_BYTES``), and an answer in its interrupt and in the
 cycle that waits for it (4,000 bytes per question the model's tool calls asked).
@@ -76,6 +77,10 @@ TEST_BYTES = 512
 """One test of a standing approval, as JSON: its field, operator and value."""
 STANDING_APPROVALS = 32
 """Standing approvals one session holds at once (a new one for a tool replaces its old one)."""
+MAX_USES = 1_000_000
+"""The largest ``max_uses`` of a standing approval."""
+MAX_FOR_S = 366 * 86_400.0
+"""The longest a standing approval may be granted for (``for_s``): a year."""
 ANSWER_BYTES = 4_000
 """The answer to a tool's question (``respond``), as JSON."""
 RESOLVED_RESULT_BYTES = 64_000
@@ -117,7 +122,7 @@ def text_bytes(text: str) -> int:
     return json_bytes(text) - 2  # not its quotes
 
 
-def within(what: str, size: int, limit: int, unit: str = "bytes") -> None:
+def within(what: str, size: float, limit: float, unit: str = "bytes") -> None:
     """Refuse ``what`` when ``size`` is over ``limit``.
 
     Raises:
@@ -147,6 +152,13 @@ def check_decision(decision: Decision) -> None:
     _text("signature", decision.signature, SIGNATURE_BYTES)
     _text("resolved result", decision.result, RESOLVED_RESULT_BYTES)
     check_tests(decision.always_when)
+    if decision.max_uses is not None:
+        within("max_uses", decision.max_uses, MAX_USES, "uses")
+    if decision.for_s is not None:
+        within("for_s", decision.for_s, MAX_FOR_S, "seconds")
+    if decision.total is not None:
+        size = json_bytes(decision.total.model_dump(mode="json"))
+        within(f"total ({decision.total.field} {decision.total.op} ...)", size, TEST_BYTES)
 
 
 def check_answer(answer: Answer) -> None:

@@ -327,6 +327,8 @@ class AgentSession:
             turns=len(ledger.turns),
             usage=ledger.usage,
             last_turn=ledger.turns[max(ledger.turns)] if ledger.turns else None,
+            cost_usd=ledger.cost_usd,
+            cost_unknown=ledger.cost_unknown,
         )
 
     async def _run_turns(self) -> None:
@@ -409,13 +411,16 @@ class AgentSession:
         cycle = record.cycles
         response = await self._call_model(record, cycle)
         ledger.add_usage(record, response.usage)
+        ledger.add_cost(record, response.cost_usd)
         record.stop_reason = response.stopReason
+        priced = {} if response.cost_usd is None else {"cost_usd": response.cost_usd}
         ledger.emit(
             "model_called",
             turn=record.turn_id,
             cycle=cycle,
             stop_reason=response.stopReason,
             usage=response.usage.model_dump(),
+            **priced,
         )
         message, stop = response.message, response.stopReason
         uses = tool_uses(message)
@@ -504,6 +509,7 @@ class AgentSession:
                 context_messages=self._config.context_messages,
                 extra_tools=self._extra_tools() if describing else None,
                 output_tool=OUTPUT_TOOL if self._config.output_schema is not None else None,
+                price=self._config.price,
             ),
             result_type=ModelResponse,
             start_to_close_timeout=MODEL_START_TO_CLOSE,

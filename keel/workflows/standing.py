@@ -35,6 +35,7 @@ from temporalio import workflow
 
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Condition, ConditionOp, Decision, ToolSpec
+from keel.workflows.standing_bounds import check_bounds, signed_bounds
 
 OPS: tuple[str, ...] = get_args(ConditionOp)
 _TEST = re.compile(
@@ -204,10 +205,12 @@ def _under(value: str, expected: str) -> bool:
 def signed_value(decision: Decision) -> Any:
     """What a signature of this decision covers besides ids, reason and approver.
 
-    A plain decision signs ``approve`` / ``deny``; a standing one also its ``always`` and its
-    tests, so a signature for one call cannot be turned into a standing approval; a
-    ``resolve`` its result, so a signature for one result cannot record another; a budget's
-    grant its ``extend``, so a signature for one amount cannot grant another.
+    A plain decision signs ``approve`` / ``deny``; a standing one also its ``always``, its
+    tests and its bounds (``max_uses``, ``for_s``, ``total``: each only when set, so one
+    without bounds signs as before them), so a signature for one call cannot be turned into
+    a standing approval, nor bounds added, changed or dropped; a ``resolve`` its result, so a
+    signature for one result cannot record another; a budget's grant its ``extend``. Bounds on a decision without ``always``
+    are refused (``check_standing``), never signed away.
     """
     if decision.decision == "resolve":  # the result recorded is what was signed
         return {"decision": "resolve", "result": decision.result}
@@ -219,6 +222,7 @@ def signed_value(decision: Decision) -> Any:
         "decision": decision.decision,
         "always": True,
         "when": [c.model_dump(mode="json") for c in decision.always_when],
+        **signed_bounds(decision),
     }
 
 
@@ -226,8 +230,10 @@ def check_standing(decision: Decision, spec: ToolSpec | None) -> None:
     """Refuse an ``always`` decision that cannot stand.
 
     Raises:
-        InputRejected: it denies, or the tool asks a person for every call.
+        InputRejected: it denies, the tool asks a person for every call, or its bounds
+            (``keel.workflows.standing_bounds.check_bounds``) are refused.
     """
+    check_bounds(decision)
     if not decision.always:
         if decision.always_when:
             raise InputRejected("always_when needs always")

@@ -19,6 +19,10 @@ accepted it (the child checks it again: a signature bound to the parent verifies
 the parent is among the child's ``ancestors``). Cancelling the parent's turn cancels the
 child.
 
+A child spends its parent's budget: it starts with caps no larger than what the parent's
+turn has left, and what it spent counts in the parent's totals, listed apart too
+(``keel.workflows.child_budgets``).
+
 Sessions that started their first sub-agent before this (no ``CHILD_TRUST_PATCH`` marker in
 their history) keep the earlier way, the signal's list believed and decisions signalled,
 so that their histories replay.
@@ -54,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.approvals import signer_fingerprint
     from keel.workflows.boundary import InputRejected
+    from keel.workflows.child_budgets import CHILD_SPEND_PATCH, bounded, child_spend, left
     from keel.workflows.contracts import (
         Answer,
         ChildInterrupts,
@@ -138,6 +143,14 @@ class SubAgents:
                 config = child_config(self._config, agent.config, use.name)
             except InputRejected as err:
                 return error_result(use.toolUseId, f"sub-agent not started: {err}")
+        record = self._ledger.current
+        spends = record is not None and workflow.patched(CHILD_SPEND_PATCH)
+        if spends and record is not None:  # the child spends the parent's budget
+            budget = left(self._config, self._ledger, record)
+            spent = budget.spent()
+            if spent is not None:
+                return error_result(use.toolUseId, f"sub-agent not started: the parent's {spent}")
+            config = bounded(config, self._config, budget)
         parent = workflow.info().workflow_id
         child_id = child_session_id(parent, f"{use.name}-{use.toolUseId}")
         self.children[child_id] = use.name
@@ -162,6 +175,7 @@ class SubAgents:
                 static_summary=short(f"sub-agent {use.name}"),
             )
         )
+        result: SessionResult | None = None
         try:
             result = await self._follow(child_id, child)
         except (ChildWorkflowError, asyncio.CancelledError) as err:
@@ -173,6 +187,8 @@ class SubAgents:
             del self.children[child_id]
             self._report_due.discard(child_id)
             self._close_mirrors(child_id)
+            if spends and record is not None:
+                self._ledger.add_sub_agent(record, use.name, child_spend(result))
         return _tool_result(use, agent_result(child_id, result))
 
     async def _follow(self, child_id: str, child: asyncio.Task[SessionResult]) -> SessionResult:

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.replaying import Replayer
     from keel.workflows.signing import SIGNING_PATCH, SIGNING_V1, SIGNING_V2
     from keel.workflows.standing import covers
+    from keel.workflows.standing_bounds import bounded, count, expired, fits
     from keel.workflows.status_attribute import tool_summary
     from keel.workflows.sub_agents import SubAgents
     from keel.workflows.tool_policies import judge_all
@@ -132,12 +133,24 @@ class ToolGate:
     def _stands(
         self, record: TurnRecord, pending: PendingCycle, use: ToolUse, spec: ToolSpec
     ) -> bool:
-        """Whether a standing approval covers this call (never for an ``always`` tool)."""
+        """Whether a standing approval covers this call (never for an ``always`` tool).
+
+        A bounded one covers it only within its bounds, and counts it
+        (``keel.workflows.standing_bounds``).
+        """
         approval = self._ledger.standing.get(use.name)
         if approval is None or spec.requires_approval == "always":
             return False
         if not covers(approval.when, use.input):
             return False
+        ran_out = None
+        if bounded(approval):
+            added = fits(approval, use.input, workflow.now())
+            if added is None:
+                if expired(approval, workflow.now()):
+                    self._ledger.run_out(approval, "its time is up", record.turn_id)
+                return False
+            ran_out = count(approval, added)
         self._ledger.emit(
             "standing_approval_used",
             turn=record.turn_id,
@@ -146,6 +159,8 @@ class ToolGate:
             id=use.toolUseId,
             by=approval.granted_by,
         )
+        if ran_out is not None:
+            self._ledger.run_out(approval, ran_out, record.turn_id)
         return True
 
     async def _run_until_answered(

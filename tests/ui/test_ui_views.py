@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from keel import ContentBlock, Message, ToolResult, ToolUse
+from keel import ContentBlock, Message, TokenUsage, ToolResult, ToolUse
 from keel.worker.client.reading import SessionSummary
 from keel.worker.ui.access import is_loopback
 from keel.worker.ui.views import LONG_CHARS, Shown, conversation, session_rows
@@ -52,3 +52,34 @@ def test_sessions_waiting_for_a_person_come_first() -> None:
 def test_loopback_names() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "example.com", ""))
+
+
+def test_the_usage_area_shows_cost_and_unknown_cost_as_unknown() -> None:
+    from keel import SessionConfig
+    from keel.worker.ui.context import templates
+    from keel.worker.ui.views import session_view
+    from keel.workflows.contracts import PendingView, SessionState, TurnRecord
+    from keel.workflows.cost import Spend
+
+    usage = TokenUsage(inputTokens=20, outputTokens=20, totalTokens=40)
+    helper = Spend(usage=usage, cost_usd=0.0002)
+    state = SessionState(
+        session_id="s",
+        status="idle",
+        config=SessionConfig(model="scripted:x.json"),
+        message_count=0,
+        pending=PendingView(),
+        turns=[
+            TurnRecord(turn_id=1, status="completed", usage=usage, cost_usd=0.0004),
+            TurnRecord(turn_id=2, status="completed", usage=usage, cost_unknown=True),
+        ],
+        usage=usage + usage,
+        cost_usd=0.0004,
+        cost_unknown=True,
+        sub_agents={"helper": helper},
+    )
+    view = session_view(state)
+    assert view.cost == "at least $0.0004"
+    assert [t.cost for t in view.turns] == ["$0.0004", "unknown"]  # never $0
+    html = templates().get_template("_usage.html").render(view=view)
+    assert "cost at least $0.0004" in html and "helper" in html and "$0.0002" in html

@@ -44,6 +44,7 @@ from keel.workflows.contracts import (
     StandingApproval,
     ToolSpec,
 )
+from keel.workflows.cost import Spend
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.ledger import Ledger, PendingCycle, QueuedPrompt, SessionInput
 from keel.workflows.messages import error_result
@@ -175,6 +176,13 @@ def every_field_set() -> Ledger:
         effects_dropped=2,
         prompt_at={1: (0, 0), 3: (4, 1)},
         cost_usd=0.25,
+        cost_unknown=True,
+        sub_agents={
+            "researcher": Spend(
+                usage=TokenUsage(inputTokens=5, outputTokens=7, totalTokens=12),
+                cost_usd=0.01,
+            )
+        },
         budgets={"session_tokens": 5_000, "session_cost": 2.5},
         replay=ReplayProgress(
             matched={3: [0]},

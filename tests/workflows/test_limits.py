@@ -142,6 +142,17 @@ def largest_test(k: int) -> Condition:
     return test
 
 
+def largest_total() -> Condition:
+    """A standing approval's ``total`` of ``TEST_BYTES`` exactly (a long field name)."""
+    value = 1.2345678901234567e300
+    bare = Condition(field="f", op="<=", value=value).model_dump(mode="json")
+    total = Condition(
+        field="f" * (limits.TEST_BYTES - limits.json_bytes(bare) + 1), op="<=", value=value
+    )
+    assert limits.json_bytes(total.model_dump(mode="json")) == limits.TEST_BYTES
+    return total
+
+
 def largest_ledger() -> Ledger:
     """A ledger with the largest value a person or a client can have it keep, everywhere."""
     name, reason = sized(limits.NAME_BYTES), sized(limits.REASON_BYTES)
@@ -162,7 +173,16 @@ def largest_ledger() -> Ledger:
     for k in range(limits.STANDING_APPROVALS):
         tool = f"{k:02d}" + "t" * 62
         ledger.standing[tool] = StandingApproval(
-            tool=tool, when=when, granted_by=name, interrupt_id=str(uuid.uuid4()), turn=1
+            tool=tool,
+            when=when,
+            granted_by=name,
+            interrupt_id=str(uuid.uuid4()),
+            turn=1,
+            max_uses=limits.MAX_USES,  # and the bounds, each at its largest (issue 44)
+            uses=limits.MAX_USES - 1,
+            expires_at="2026-12-01T00:00:00.123456+00:00",
+            total=largest_total(),
+            spent=1.2345678901234567e300,
         )
     for k in range(CARRIED_CLOSED_INTERRUPTS):
         ledger.interrupts[f"{k}"] = Interrupt(
@@ -426,6 +446,8 @@ async def test_the_largest_accepted_values_on_every_field_survive_continue_as_ne
             approver=name,
             always=True,
             always_when=when,
+            max_uses=limits.MAX_USES,
+            for_s=limits.MAX_FOR_S,
         )
         for turn in (first.turn_id, queued.turn_id):
             done = await keel.wait_turn(session, turn, timeout_s=90)
@@ -434,6 +456,7 @@ async def test_the_largest_accepted_values_on_every_field_survive_continue_as_ne
         assert out.read_text().splitlines() == ["1", "2"]  # the second ran on the approval
         [standing] = (await keel.pending(session)).standing
         assert standing.when == when and standing.granted_by == name
+        assert (standing.max_uses, standing.uses) == (limits.MAX_USES, 1)
         revoked = await keel.revoke(session, "guarded_record", by=name)
         assert revoked.revoked.when == when
         third = await keel.prompt(session, "note it")

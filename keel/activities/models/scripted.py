@@ -126,6 +126,7 @@ class ScriptedProvider(DeclaredProvider):
                 inputTokens=usage.inputTokens,
                 outputTokens=usage.outputTokens,
                 totalTokens=usage.inputTokens + usage.outputTokens,
+                unknown=usage.unknown,  # a script may stand for a server that reports none
             )
         if entry.stream_s:
             words = [w for b in entry.content for w in re.findall(r"\S+\s*|\s+", b.text or "")]

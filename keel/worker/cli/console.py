@@ -61,6 +61,8 @@ def turn_json(session: str, record: TurnRecord) -> dict[str, Any]:
         "interrupts": [interrupt_json(i) for i in record.interrupts],
         "message": record.message.model_dump(mode="json") if record.message else None,
         "usage": record.usage.model_dump(mode="json"),
+        "cost_usd": record.cost_usd,
+        "cost_unknown": record.cost_unknown,
         "error": record.error,
         "output": record.output,
     }
@@ -205,7 +207,12 @@ def print_detached(session: str, turn_id: int) -> None:
 
 
 def show_json(state: SessionState) -> dict[str, Any]:
-    """The contract's JSON object for ``keel show --json``, plus ``turns`` (usage per turn)."""
+    """The contract's JSON object for ``keel show --json``, plus ``turns`` (usage per turn).
+
+    ``usage`` and ``cost_usd`` are the session's totals, its sub-agents' included (listed
+    apart in ``sub_agents``); ``cost_usd`` is the known part, null while none is known, and
+    ``cost_unknown`` says some calls' cost is unknown (``keel.workflows.cost``).
+    """
     return {
         "session": state.session_id,
         "workflow_id": state.session_id,
@@ -213,6 +220,9 @@ def show_json(state: SessionState) -> dict[str, Any]:
         "messages": [m.model_dump(mode="json") for m in state.messages],
         "pending": state.pending.model_dump(mode="json"),
         "usage": state.usage.model_dump(mode="json"),
+        "cost_usd": state.cost_usd,
+        "cost_unknown": state.cost_unknown,
+        "sub_agents": {n: s.model_dump(mode="json") for n, s in state.sub_agents.items()},
         "turns": [
             {
                 "turn": t.turn_id,
@@ -220,6 +230,9 @@ def show_json(state: SessionState) -> dict[str, Any]:
                 "stop_reason": t.stop_reason,
                 "cycles": t.cycles,
                 "usage": t.usage.model_dump(mode="json"),
+                "cost_usd": t.cost_usd,
+                "cost_unknown": t.cost_unknown,
+                "sub_agents": {n: s.model_dump(mode="json") for n, s in t.sub_agents.items()},
                 "output": t.output,
             }
             for t in state.turns
@@ -256,6 +269,8 @@ def sessions_json(sessions: Sequence[SessionSummary]) -> list[dict[str, Any]]:
             "workflow_status": s.workflow_status,
             "status": s.status,
             "pending_approvals": s.pending_approvals,
+            "cost_usd": s.cost_usd,
+            "cost_unknown": s.cost_unknown,
             "last_activity": _iso(s.last_activity),
             "started_at": _iso(s.started_at),
             "schedule": s.schedule,
@@ -273,7 +288,9 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
     def when(value: datetime | None) -> str:
         return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
-    rows = [("SESSION", "WORKFLOW", "STATUS", "PENDING", "LAST ACTIVITY", "SCHEDULE", "STARTED")]
+    rows = [
+        ("SESSION", "WORKFLOW", "STATUS", "PENDING", "COST", "LAST ACTIVITY", "SCHEDULE", "STARTED")
+    ]
     for s in sessions:
         running = s.workflow_status == "running"
         unknown = "?" if running else "-"
@@ -283,6 +300,7 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
                 s.workflow_status,
                 s.status or unknown,
                 unknown if s.pending_approvals is None else str(s.pending_approvals),
+                _cost_cell(s.cost_usd, s.cost_unknown, unknown),
                 when(s.last_activity),
                 s.schedule or "-",
                 when(s.started_at),
@@ -292,6 +310,17 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[-1]]))
+
+
+def _cost_cell(cost_usd: float | None, unknown: bool, missing: str) -> str:
+    """A session's cost in the table: ``$0.0042``; ``>=$0.0042`` when some calls' cost is
+    unknown; ``?`` when none is known; ``missing`` when not known at all (``?`` for a
+    running session that did not answer, ``-`` for one that is not running)."""
+    from keel.workflows.cost import dollars
+
+    if cost_usd is None:
+        return "?" if unknown else missing
+    return f">={dollars(cost_usd)}" if unknown else dollars(cost_usd)
 
 
 # The thread that reads the terminal's next line, and where that line goes: to the question

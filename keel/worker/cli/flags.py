@@ -162,8 +162,13 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         "--model-retry",
         type=float,
         metavar="SECONDS",
-        help="how long a model that does not answer is retried before the turn fails "
-        "(default 600)",
+        help="how long a model that does not answer is retried before the turn fails (default 600)",
+    )
+    cmd.add_argument(
+        "--price",
+        metavar="IN:OUT",
+        help="the model's price in US dollars per million input and output tokens, e.g. "
+        "3:15 (over the workers' price table)",
     )
     cmd.add_argument("--agent", metavar="FILE.toml", help="a new session's settings from a file")
     cmd.add_argument(

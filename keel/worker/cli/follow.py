@@ -23,6 +23,7 @@ from keel.worker.client.keel_client import KeelClient
 from keel.worker.client.streams import TextChunk
 from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
+from keel.workflows.cost import dollars
 from keel.workflows.interrupt_kinds import KINDS
 
 # How long an event that ends a model call waits for the last of that call's text.
@@ -45,6 +46,12 @@ def _tokens(usage: Any) -> str:
     if not isinstance(usage, Mapping):
         return "? tokens"
     return tokens_text(usage.get("inputTokens", 0), usage.get("outputTokens", 0), usage)
+
+
+def _call_cost(detail: Mapping[str, Any]) -> str:
+    """``, $0.0042`` for a model call whose cost is known (``cost_usd``); else nothing."""
+    cost = detail.get("cost_usd")
+    return f", {dollars(cost)}" if isinstance(cost, int | float) else ""
 
 
 def tokens_text(inputs: object, outputs: object, usage: Any) -> str:
@@ -79,7 +86,7 @@ def event_details(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
     d, turns = event.detail, turns or {}
     match event.type:
         case "model_called":
-            return f"{d.get('stop_reason')}, {_tokens(d.get('usage'))}"
+            return f"{d.get('stop_reason')}, {_tokens(d.get('usage'))}{_call_cost(d)}"
         case "tool_started":
             return f"{d.get('tool')} ({d.get('id')})"
         case "tool_finished":
@@ -125,7 +132,8 @@ def progress_line(event: Event, turns: Mapping[int, TurnRecord] | None = None) -
     d = event.detail
     match event.type:
         case "model_called":
-            return f"model call {event.cycle} -> {d.get('stop_reason')} ({_tokens(d.get('usage'))})"
+            spent = f"{_tokens(d.get('usage'))}{_call_cost(d)}"
+            return f"model call {event.cycle} -> {d.get('stop_reason')} ({spent})"
         case "tool_started":
             return f"tool {d.get('tool')} started"
         case "tool_finished":

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import suppress
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from keel.worker.cli import flags
@@ -31,6 +32,7 @@ from keel.worker.cli.console import (
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
     from keel.worker.settings import Settings
     from keel.workflows.contracts import SessionState, StandingApproval
+    from keel.workflows.cost import Spend
 
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from keel.worker.cli.follow import tokens_text
     from keel.worker.cli.session_access import reading_session
     from keel.worker.client.effects_listing import retried_text
+    from keel.workflows.cost import cost_text
     from keel.workflows.run_ends import ENDED_STOP_REASONS
 
     async with reading_session(settings, args.session, wait_for_worker=False) as access:
@@ -63,18 +66,36 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     for t in state.turns:
         u = t.usage
         ended = f"; {t.error}" if t.stop_reason in ENDED_STOP_REASONS else ""
+        cost = f", {cost_text(t.cost_usd, t.cost_unknown)}" if t.cost_usd is not None else ""
         print(
             f"[turn {t.turn_id} {t.status}: {t.cycles} model calls, "
-            f"{tokens_text(u.inputTokens, u.outputTokens, u)}{ended}]"
+            f"{tokens_text(u.inputTokens, u.outputTokens, u)}{cost}{ended}]"
         )
+        for name, spent in t.sub_agents.items():
+            print(f"[  sub-agent {name}: {spend_text(spent)}]")
     u = state.usage
+    cost = cost_text(state.cost_usd, state.cost_unknown)
+    if state.cost_usd is None and state.cost_unknown:
+        cost += " (no price: keel run --price, or the workers' KEEL_PRICES)"
     if u.unknown:
-        print(f"[{state.status}; {tokens_text(u.inputTokens, u.outputTokens, u)}]")
+        print(f"[{state.status}; {tokens_text(u.inputTokens, u.outputTokens, u)}, {cost}]")
     else:
         print(
-            f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} out]"
+            f"[{state.status}; {u.totalTokens} tokens: {u.inputTokens} in / {u.outputTokens} "
+            f"out, {cost}]"
         )
+    for name, spent in state.sub_agents.items():
+        print(f"[sub-agent {name} in all: {spend_text(spent)}]")
     return EXIT_OK
+
+
+def spend_text(spent: Spend) -> str:
+    """A sub-agent's spend as ``keel show`` prints it: tokens, and cost when any is known."""
+    from keel.worker.cli.follow import tokens_text
+    from keel.workflows.cost import cost_text
+
+    u, cost = spent.usage, cost_text(spent.cost_usd, spent.cost_unknown)
+    return f"{tokens_text(u.inputTokens, u.outputTokens, u)}, {cost}"
 
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
@@ -107,10 +128,13 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 def print_standing(standing: Sequence[StandingApproval]) -> None:
     """One line per standing approval: the tool, for which calls, by whom (keel policy)."""
     from keel.workflows.standing import describe
+    from keel.workflows.standing_bounds import bounded, describe_left
 
+    now = datetime.now(UTC)
     for approval in standing:
         by = f" by {approval.granted_by}" if approval.granted_by else ""
-        print(f"[approved always: {approval.tool}, {describe(approval.when)}{by}]")
+        left = f"; {describe_left(approval, now)}" if bounded(approval) else ""
+        print(f"[approved always: {approval.tool}, {describe(approval.when)}{by}{left}]")
 
 
 async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:

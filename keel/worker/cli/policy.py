@@ -1,14 +1,18 @@
 """``keel policy SESSION [--json] [--revoke TOOL]``: a session's standing approvals.
 
 A standing approval (``keel approve SESSION ID --always``) lets a tool's later calls in the
-session run without asking. ``keel policy`` lists them; ``--revoke TOOL`` ends one, so the
-tool's next call asks a person again. ``add_parser`` adds its parser to ``keel``'s.
+session run without asking. ``keel policy`` lists them, with what is left of their bounds
+(``--max-uses``, ``--for``, ``--total``: uses left, expires in, total left; in ``--json``
+``uses_left``, ``expires_in_s`` and ``total_left``, each only when the bound is set);
+``--revoke TOOL`` ends one, so the tool's next call asks a person again. ``add_parser`` adds
+its parser to ``keel``'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
@@ -25,6 +29,7 @@ async def cmd_policy(args: argparse.Namespace, settings: Settings) -> int:
     from keel.worker.cli.session_access import existing_session, reading_session
     from keel.worker.shell import command
     from keel.workflows.standing import describe
+    from keel.workflows.standing_bounds import bounded, describe_left, left
 
     if args.revoke is not None:
         by = args.approver or getattr(args, "approver_default", None) or getpass.getuser()
@@ -37,9 +42,10 @@ async def cmd_policy(args: argparse.Namespace, settings: Settings) -> int:
     else:
         async with reading_session(settings, args.session, wait_for_worker=False) as access:
             standing = await access.keel.policy(args.session)
+    now = datetime.now(UTC)
     if args.json:
         print(json.dumps({"session": args.session, "standing": [
-            a.model_dump(mode="json") for a in standing
+            {**a.model_dump(mode="json"), **left(a, now)} for a in standing
         ]}))  # fmt: skip
         return EXIT_OK
     if not standing:
@@ -49,6 +55,8 @@ async def cmd_policy(args: argparse.Namespace, settings: Settings) -> int:
         by = f", by {approval.granted_by}" if approval.granted_by else ""
         signed = f" (key {approval.key_fingerprint})" if approval.key_fingerprint else ""
         print(f"{approval.tool}: {describe(approval.when)}{by}{signed}")
+        if bounded(approval):
+            print(f"  {describe_left(approval, now)}")
         print(f"  {command('keel', 'policy', args.session, '--revoke', approval.tool)}")
     return EXIT_OK
 

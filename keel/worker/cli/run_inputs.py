@@ -28,6 +28,7 @@ from keel.worker.client.agent_files import AgentFile, load_agent_file
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected, normalise_history
+from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import Effect, SessionConfig
 from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.ledger import SessionInput
@@ -62,6 +63,9 @@ _FLAGS = {
     "output_schema": "--output-schema",
     "notify": "--notify",
     "tool_effects": "--effect",
+    "price": "--price",
+    "price.input": "--price",
+    "price.output": "--price",
 }
 
 
@@ -231,6 +235,7 @@ def new_session_config(
         "output_schema": read_output_schema(args.output_schema),
         "approver_keys": approver_keys(args.approver_key) if args.approver_key else None,
         "notify": args.notify,
+        "price": model_price(args.price),
         "tool_effects": (
             {**settings.get("tool_effects", {}), **tool_effects(args.effect)}
             if args.effect
@@ -242,6 +247,27 @@ def new_session_config(
         return SessionConfig(**settings)
     except ValidationError as err:
         raise UsageError(f"invalid session settings: {validation_summary(err, _FLAGS)}") from err
+
+
+def model_price(value: str | None) -> ModelPrice | None:
+    """``--price IN:OUT``: dollars per million input and output tokens; None without it.
+
+    Raises:
+        UsageError: not two numbers of 0 or more, separated by ``:``.
+    """
+    if value is None:
+        return None
+    given, sep, taken = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        price = ModelPrice(input=float(given), output=float(taken))
+    except (ValueError, ValidationError):
+        raise UsageError(
+            f"--price {value!r}: expected IN:OUT, US dollars per million input and output "
+            "tokens, each a number 0 or more (e.g. 3:15)"
+        ) from None
+    return price
 
 
 def agent_modules(agent: AgentFile | None) -> list[str]:

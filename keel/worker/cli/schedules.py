@@ -31,21 +31,25 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
-def parse_duration(text: str) -> timedelta:
-    """``--every``'s value: ``90s``, ``5m``, ``1h30m``, ``1d``; at least one second.
+def parse_duration(text: str, flag: str = "--every") -> timedelta:
+    """``--every``'s value (and ``keel approve --for``'s): ``90s``, ``5m``, ``1h30m``, ``1d``.
+
+    At least one second.
 
     Raises:
-        UsageError: not such a duration.
+        UsageError: not such a duration, naming ``flag``.
     """
     from keel.worker.cli.run_inputs import UsageError
 
     value = text.strip().lower()
     parts = _DURATION_PART.findall(value)
     if not parts or "".join(n + u for n, u in parts) != value:
-        raise UsageError(f"--every {text!r}: expected a duration such as 30s, 5m, 1h30m or 1d")
+        raise UsageError(f"{flag} {text!r}: expected a duration such as 30s, 5m, 1h30m or 1d")
     every = timedelta(seconds=sum(float(n) * _UNIT_S[u] for n, u in parts))
     if every < timedelta(seconds=1):
-        raise UsageError(f"--every {text!r}: a schedule fires at most once a second")
+        if flag == "--every":
+            raise UsageError(f"--every {text!r}: a schedule fires at most once a second")
+        raise UsageError(f"{flag} {text!r}: at least one second")
     return every
 
 
@@ -57,9 +61,7 @@ def add_parser(sub: Subparsers) -> None:
         description="Temporal Schedules: each firing starts a session NAME-<time> that runs "
         "PROMPT for one turn. Needs `keel dev` or TEMPORAL_ADDRESS, and a worker.",
     )
-    commands = schedule.add_subparsers(
-        dest="schedule_command", metavar="command", required=True
-    )
+    commands = schedule.add_subparsers(dest="schedule_command", metavar="command", required=True)
 
     create = commands.add_parser("create", help="create a schedule")
     create.add_argument("name", help="the schedule's name; its sessions' ids start with it")

@@ -41,6 +41,7 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         tls_key=args.tls_key or settings.tls_key,
         tls_ca=args.tls_ca or settings.tls_ca,
         tls_server_name=args.tls_server_name or settings.tls_server_name,
+        prices_file=args.prices or settings.prices_file,
     )
     if not settings.address:  # the `keel dev` of this folder, as the other commands find it
         settings = dev_server(settings) or settings
@@ -178,6 +179,11 @@ _WORKER_SETTINGS = (
     ("--otlp-endpoint", "URL", "export traces by OTLP/HTTP (KEEL_OTLP_ENDPOINT)"),
     ("--log-format", "text|json", "KEEL_LOG_FORMAT (default text)"),
     ("--log-level", "LEVEL", "KEEL_LOG_LEVEL: DEBUG, INFO, WARNING (default), ERROR"),
+    (
+        "--prices",
+        "FILE.toml",
+        "the [prices] table of this file prices the fleet's models (KEEL_PRICES)",
+    ),
 )
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import (
@@ -240,6 +241,12 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
     key = approver_key(args)  # a bad key file fails before anything is sent
     always = getattr(args, "always", False) or getattr(args, "always_when", None) is not None
     when = _always_when(args)
+    bounds = standing_bounds(args, always)
+    extend = getattr(args, "extend", None)
+    if extend is not None and not (0 < extend < float("inf")):
+        from keel.worker.cli.run_inputs import UsageError
+
+        raise UsageError("--extend must be a number more than 0")
     decision = Decision(
         interrupt_id=args.id,
         decision=args.decision,
@@ -247,7 +254,8 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
         approver=approver_name(args),
         always=always,
         always_when=when,
-        extend=getattr(args, "extend", None),
+        extend=extend,
+        **bounds,
     )
     within_limits(decision)
     async with acting(settings, args, writes=True) as access:
@@ -262,6 +270,7 @@ async def cmd_decide(args: argparse.Namespace, settings: Settings) -> int:
             always=always,
             always_when=when,
             extend=decision.extend,
+            **bounds,
         )
         return await finish_turn(
             access.keel, args.session, ack.turn_id, since, args, embedded=access.embedded
@@ -355,6 +364,49 @@ def _always_when(args: argparse.Namespace) -> list[Condition]:
         raise UsageError(f"--always-when: {err}") from None
 
 
+def standing_bounds(args: argparse.Namespace, always: bool) -> dict[str, Any]:
+    """``--max-uses``, ``--for`` and ``--total`` as ``decide``'s arguments (only those given).
+
+    Raises:
+        UsageError: one is given without ``--always`` / ``--always-when``, or does not read.
+    """
+    from keel.worker.cli.run_inputs import UsageError
+    from keel.worker.cli.schedules import parse_duration
+    from keel.workflows.standing import parse_conditions
+    from keel.workflows.standing_bounds import TOTAL_OPS
+
+    bounds: dict[str, Any] = {}
+    given = [
+        flag
+        for flag, name in (("--max-uses", "max_uses"), ("--for", "for_"), ("--total", "total"))
+        if getattr(args, name, None) is not None
+    ]
+    if given and not always:
+        raise UsageError(f"{', '.join(given)} bound a standing approval: add --always")
+    if getattr(args, "max_uses", None) is not None:
+        if args.max_uses < 1:
+            raise UsageError(f"--max-uses {args.max_uses}: at least 1")
+        bounds["max_uses"] = args.max_uses
+    if getattr(args, "for_", None) is not None:
+        bounds["for_s"] = parse_duration(args.for_, "--for").total_seconds()
+    text = getattr(args, "total", None)
+    if text is not None:
+        try:
+            tests = parse_conditions(text)
+        except ValueError as err:
+            raise UsageError(f"--total: {err}") from None
+        total, value = tests[0], tests[0].value
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        number = number and math.isfinite(value)
+        if len(tests) > 1 or total.op not in TOTAL_OPS or not number or value <= 0:
+            raise UsageError(
+                f"--total {text!r}: write FIELD <= LIMIT or FIELD < LIMIT, "
+                "with a positive number as the limit ('amount <= 100')"
+            )
+        bounds["total"] = total
+    return bounds
+
+
 def within_limits(value: object) -> None:
     """Refuse, before anything is sent, a value the session would refuse for its size.
 
@@ -446,6 +498,24 @@ def _add_decisions(sub: flags.Subparsers) -> None:
                 metavar="N",
                 help="approving a budget: grant N more model calls, tokens or dollars "
                 "(default: as much as the cap again)",
+            )
+            cmd.add_argument(
+                "--max-uses",
+                type=int,
+                metavar="N",
+                help="with --always: it covers N later calls at most, then the next asks",
+            )
+            cmd.add_argument(
+                "--for",
+                dest="for_",
+                metavar="DURATION",
+                help="with --always: it ends after DURATION (90s, 30m, 1h, 1d)",
+            )
+            cmd.add_argument(
+                "--total",
+                metavar="LIMIT",
+                help="with --always: a running total of a numeric field of the calls it "
+                "covers, 'amount <= 100'; a call that would go past it asks",
             )
         flags.key_flag(cmd)
         flags.waiting_flags(cmd)

@@ -4,10 +4,13 @@
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
     turn_token_budget, token_budget, turn_cost_budget, cost_budget, on_budget (ask | fail),
-    model_retry_s, context_messages, output_schema, notify,
+    price, model_retry_s, context_messages, output_schema, notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
     effects (tool name -> read | idempotent | write), [agents.NAME] (+ description)
 
+``price = {input = 3, output = 15}`` (US dollars per million input and output tokens)
+becomes ``SessionConfig.price``, over the workers' price table; a sub-agent without its own
+runs at its parent's when it runs the same model (``keel.workflows.child_budgets``).
 ``effects`` becomes ``SessionConfig.tool_effects``; a sub-agent's table inherits its parent's
 and may set its own, tool by tool (a tool's class is a fact about the tool, not a rule).
 
@@ -35,6 +38,7 @@ from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.errors import AgentFileError
 from keel.worker.client.paths import local_path, sendable_model_spec
 from keel.workflows.boundary import InputRejected
+from keel.workflows.budget_contracts import ModelPrice
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, SubAgent, notify_urls
 from keel.workflows.effect_tables import EffectTableError, effect_table, narrowed
 from keel.workflows.inheritance import child_config
@@ -68,6 +72,7 @@ class _AgentTable(BaseModel):
     turn_cost_budget: float | None = Field(default=None, gt=0)
     cost_budget: float | None = Field(default=None, gt=0)
     on_budget: Literal["ask", "fail"] | None = None
+    price: ModelPrice | None = None
     model_retry_s: float | None = Field(default=None, gt=0)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
@@ -195,6 +200,7 @@ class _Reader:
             "max_turn_cost_usd": table.turn_cost_budget,
             "max_session_cost_usd": table.cost_budget,
             "on_budget": table.on_budget,
+            "price": table.price,
             "model_retry_s": table.model_retry_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],

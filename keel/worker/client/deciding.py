@@ -48,6 +48,9 @@ class SessionDecider(SessionReader):
         always: bool = False,
         always_when: Sequence[Condition] = (),
         extend: float | None = None,
+        max_uses: int | None = None,
+        for_s: float | None = None,
+        total: Condition | None = None,
     ) -> InterruptAck:
         """Approve or deny a pending interrupt (the validated ``decide`` update).
 
@@ -64,11 +67,16 @@ class SessionDecider(SessionReader):
                 (``keel.workflows.standing.parse_conditions`` reads them from text).
             extend: approving a ``budget`` interrupt, grant this much more of the cap
                 reached (model calls, tokens or dollars) instead of its allowance once more.
+            max_uses: with ``always``: how many later calls it covers at most.
+            for_s: with ``always``: for how many seconds from now it stands.
+            total: with ``always``: a running total over a numeric field of the covered
+                calls' inputs, ``amount <= 100`` (``Condition(field="amount", op="<=",
+                value=100)``); a call whose amount does not fit what is left asks.
 
         Raises:
             RequestRejected: the id is unknown or no longer pending, the approver is not
-                allowed, or the signature is missing or wrong; nothing was written to the
-                session's history.
+                allowed, the signature is missing or wrong, or bounds are given without
+                ``always``; nothing was written to the session's history.
         """
         update = Decision(
             interrupt_id=interrupt_id,
@@ -78,6 +86,9 @@ class SessionDecider(SessionReader):
             always=always,
             always_when=list(always_when),
             extend=extend,
+            max_uses=max_uses,
+            for_s=for_s,
+            total=total,
         )
         return await self._send_decision(session_id, update, key)
 

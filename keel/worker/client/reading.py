@@ -71,6 +71,9 @@ class SessionSummary:
         pending_approvals: interrupts waiting for a decision; None when unknown.
         last_activity: the ``at`` of the session's last event, else its close or start time.
         schedule: the schedule that started the session (``keel schedule``), if one did.
+        cost_usd: what a running session cost so far (its sub-agents' included), the known
+            part; None when nothing is known (or it did not answer, or is not running).
+        cost_unknown: some of its calls' cost is unknown (``keel.workflows.cost``).
     """
 
     session: str
@@ -81,6 +84,8 @@ class SessionSummary:
     pending_approvals: int | None
     last_activity: datetime | None
     schedule: str | None = None
+    cost_usd: float | None = None
+    cost_unknown: bool = False
 
 
 T = TypeVar("T")
@@ -465,6 +470,8 @@ class SessionReader(SessionCaller):
             pending_approvals=len(state.pending.interrupts),
             last_activity=last_at or summary.last_activity,
             schedule=summary.schedule,
+            cost_usd=state.cost_usd,
+            cost_unknown=state.cost_unknown,
         )
 
     async def _running(self, session_id: str) -> bool:

@@ -224,8 +224,8 @@ class KeelPlugin(SimplePlugin):
 
         Raises:
             ToolModuleError: a tool module cannot be imported.
-            ConfigError: an encryption key, ``KEEL_JUDGE_TIMEOUT_S`` or the stream endpoint's
-                address is malformed; a deployment without a build id (or the reverse), or
+            ConfigError: an encryption key, ``KEEL_JUDGE_TIMEOUT_S``, ``KEEL_PRICES`` or the
+                stream endpoint's address is malformed; a deployment without a build id (or the reverse), or
                 either not a name Temporal takes.
             McpConfigError: two MCP servers have the same name.
         """
@@ -248,7 +248,9 @@ class KeelPlugin(SimplePlugin):
             settings.stream_listen, settings.stream_advertise
         )
         # its streams are the endpoint's while a worker runs (``serving``)
-        model = ModelActivities(store, mcp, None, settings.request_log, settings.environ)
+        model = ModelActivities(
+            store, mcp, None, settings.request_log, settings.environ, settings.prices()
+        )
         tools = ToolActivities(store, mcp)
         self._assembly = _Assembly(
             version=version,

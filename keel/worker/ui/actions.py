@@ -94,11 +94,54 @@ async def _decide(
         return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}: its result is recorded.")
     decision: Literal["approve", "deny"] = "deny" if raw == "deny" else "approve"
     always = raw == "approve-always"
+    bounds = _bounds(form, always)
     ack = await keel.decide(
-        session, interrupt, decision, reason=reason, approver=approver, key=key, always=always
+        session,
+        interrupt,
+        decision,
+        reason=reason,
+        approver=approver,
+        key=key,
+        always=always,
+        **bounds,
     )
     stands = "; later calls of its tool run without asking" if always else ""
+    if bounds:
+        stands += " (bounded: see the list of approved-always tools)"
     return Outcome(f"Interrupt {ack.interrupt_id} {ack.status}{who}{stands}.")
+
+
+def _bounds(form: dict[str, str], always: bool) -> dict[str, Any]:
+    """The form's bounds of an **Approve always** (``max_uses``, ``for_minutes``, ``total``).
+
+    Each only when filled in; as ``keel approve --max-uses``, ``--for`` and ``--total``.
+    """
+    from keel.workflows.standing import parse_conditions
+    from keel.workflows.standing_bounds import TOTAL_OPS
+
+    filled = {k: form.get(k, "").strip() for k in ("max_uses", "for_minutes", "total")}
+    filled = {k: v for k, v in filled.items() if v}
+    if filled and not always:
+        raise AccessDenied(400, f"{', '.join(filled)}: bounds are for Approve always")
+    bounds: dict[str, Any] = {}
+    try:
+        if "max_uses" in filled:
+            bounds["max_uses"] = int(filled["max_uses"])
+        if "for_minutes" in filled:
+            bounds["for_s"] = float(filled["for_minutes"]) * 60
+    except ValueError:
+        raise AccessDenied(400, "max_uses and for_minutes are numbers") from None
+    if bounds.get("max_uses", 1) < 1 or not 0 < bounds.get("for_s", 1) < float("inf"):
+        raise AccessDenied(400, "max_uses is at least 1, for_minutes over 0")
+    if "total" in filled:
+        try:
+            tests = parse_conditions(filled["total"])
+        except ValueError as err:
+            raise AccessDenied(400, f"total: {err}") from None
+        if len(tests) > 1 or tests[0].op not in TOTAL_OPS:
+            raise AccessDenied(400, "total: write one FIELD <= LIMIT, as amount <= 100")
+        bounds["total"] = tests[0]
+    return bounds
 
 
 async def _respond(
@@ -129,12 +172,35 @@ async def _cancel(
     return Outcome(f"Turn {ack.turn_id} is being cancelled.")
 
 
+async def _budget(
+    ui: UiContext, keel: KeelClient, session: str, form: dict[str, str], visit: Visit
+) -> Outcome:
+    """Raise the session's token or cost budget (``keel budget``)."""
+    tokens_text, cost_text = form.get("tokens", "").strip(), form.get("cost", "").strip()
+    if not tokens_text and not cost_text:
+        raise AccessDenied(400, "give a token budget, a cost budget or both")
+    try:
+        tokens = int(tokens_text) if tokens_text else None
+        cost = float(cost_text) if cost_text else None
+    except ValueError:
+        raise AccessDenied(400, "a budget is a number: tokens a whole one, dollars any") from None
+    if (tokens is not None and tokens <= 0) or (cost is not None and not 0 < cost < 1e12):
+        raise AccessDenied(400, "a budget must be more than 0")
+    _remember_name(visit, form)
+    by = ui.identity(await keel.config(session), visit)
+    ack = await keel.budget(session, tokens=tokens, cost_usd=cost, by=by)
+    said = [f"{ack.tokens:,} tokens" if ack.tokens is not None else "", ""]
+    said[1] = f"${ack.cost_usd:g}" if ack.cost_usd is not None else ""
+    return Outcome(f"Session budget now {' and '.join(x for x in said if x)}.")
+
+
 Action = Callable[[UiContext, KeelClient, str, dict[str, str], Visit], Awaitable[Outcome]]
 ACTIONS: dict[str, Action] = {
     "decide": _decide,
     "respond": _respond,
     "steer": _steer,
     "cancel": _cancel,
+    "budget": _budget,
 }
 
 

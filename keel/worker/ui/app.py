@@ -133,9 +133,7 @@ def create_app(
         # whole. The page takes every GET under /sessions/; its live stream has its own
         # prefix, so no id can be read as another's stream; an action is the last segment.
         Route("/live/sessions/{session:path}", _reader(ui, session_live)),
-        Route(
-            "/sessions/{session:path}/{action}", _writer(ui, session_action), methods=["POST"]
-        ),
+        Route("/sessions/{session:path}/{action}", _writer(ui, session_action), methods=["POST"]),
         Route("/sessions/{session:path}", _reader(ui, session_page)),
         Route("/name", _writer(ui, set_name), methods=["POST"]),
     ]

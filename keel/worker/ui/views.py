@@ -14,10 +14,12 @@ from typing import Any
 from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.reading import SessionSummary
 from keel.workflows.contracts import Interrupt, SessionState
+from keel.workflows.cost import cost_text
 from keel.workflows.effect_contracts import EffectAttempt, EffectRecord
 from keel.workflows.interrupt_kinds import fields, kind_of
 from keel.workflows.messages import ContentBlock, Message, ToolResult
 from keel.workflows.standing import describe
+from keel.workflows.standing_bounds import bounded, describe_left
 
 # Text longer than this (characters or lines) is shown collapsed, behind a summary.
 LONG_CHARS = 500
@@ -185,6 +187,7 @@ class TurnView:
     input_tokens: int
     output_tokens: int
     error: str | None
+    cost: str = "-"
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,25 @@ class SessionView:
     said: list[Shown] = field(default_factory=list)
     standing: list[StandingView] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)
+    cost: str = "cost unknown"
+    sub_agents: list[SubAgentSpend] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SubAgentSpend:
+    """What a sub-agent spent in the whole session, as the usage area lists it."""
+
+    name: str
+    input_tokens: int
+    output_tokens: int
+    cost: str
+
+
+def _cost(cost_usd: float | None, unknown: bool) -> str:
+    """A cost as the page shows it: ``$0.0042``, ``at least $0.0042``, ``unknown``, ``-``."""
+    if cost_usd is None:
+        return "unknown" if unknown else "-"
+    return cost_text(cost_usd, unknown)
 
 
 @dataclass(frozen=True)
@@ -221,6 +243,7 @@ class StandingView:
     tool: str
     when: str
     granted_by: str | None
+    left: str = ""
 
 
 def session_view(state: SessionState) -> SessionView:
@@ -242,8 +265,19 @@ def session_view(state: SessionState) -> SessionView:
                 input_tokens=t.usage.inputTokens,
                 output_tokens=t.usage.outputTokens,
                 error=t.error,
+                cost=_cost(t.cost_usd, t.cost_unknown),
             )
             for t in state.turns
+        ],
+        cost=_cost(state.cost_usd, state.cost_unknown),
+        sub_agents=[
+            SubAgentSpend(
+                name=name,
+                input_tokens=spent.usage.inputTokens,
+                output_tokens=spent.usage.outputTokens,
+                cost=_cost(spent.cost_usd, spent.cost_unknown),
+            )
+            for name, spent in state.sub_agents.items()
         ],
         input_tokens=state.usage.inputTokens,
         output_tokens=state.usage.outputTokens,
@@ -263,7 +297,12 @@ def session_view(state: SessionState) -> SessionView:
             if e.type == "tool_retried"
         ],
         standing=[
-            StandingView(tool=a.tool, when=describe(a.when), granted_by=a.granted_by)
+            StandingView(
+                tool=a.tool,
+                when=describe(a.when),
+                granted_by=a.granted_by,
+                left=describe_left(a, datetime.now(UTC)) if bounded(a) else "",
+            )
             for a in state.pending.standing
         ],
     )

@@ -67,9 +67,13 @@ def test_run_json_two_cycle_turn_with_tool_module(
             "stop_reason": "end_turn",
             "cycles": 2,
             "usage": {"inputTokens": 12, "outputTokens": 12, "totalTokens": 24},
+            "cost_usd": None,  # no price: unknown, never 0
+            "cost_unknown": True,
+            "sub_agents": {},
             "output": None,
         }
     ]
+    assert conv["cost_usd"] is None and conv["cost_unknown"] is True
     human = keel("show", session, env=server_env)
     assert "[turn 1 completed: 2 model calls, 12 in / 12 out tokens]" in human.stdout
 

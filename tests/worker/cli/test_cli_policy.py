@@ -98,3 +98,58 @@ def test_a_standing_approval_survives_a_worker_killed_with_sigkill(
         listed = keel("policy", session, env=server_env)
     assert out.read_text().splitlines() == ["1", "2"] and note.read_text() == "n\n"
     assert "guarded_record: every call" in listed.stdout
+
+
+def test_approve_always_with_max_uses_runs_out_and_policy_shows_what_is_left(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """``keel approve --always --max-uses 3`` (issue 44): three later calls run unasked, the
+    next asks; ``keel policy`` shows the uses left; bounds without --always are exit 2."""
+    out, note = tmp_path / "out.txt", tmp_path / "note.txt"
+    steps = calls(out, "a", "b")[:-1]
+    steps.append(respond(tool_use("n", "guarded_note", path=str(note), value="n"), stop="tool_use"))
+    steps += calls(out, "c", "d", "e")
+    model = write_script(tmp_path / "m.json", steps)
+    session = f"pol-max-{uuid.uuid4().hex[:8]}"
+    run = keel(
+        "run", "--json", "--no-input", "--session", session, "--model", model,
+        "--tools", SAMPLE_TOOLS, "go", env=server_env,
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    [interrupt] = json.loads(run.stdout)["interrupts"]
+    for bad, said in (
+        (["--max-uses", "2"], "--max-uses bound a standing approval: add --always"),
+        (["--always", "--max-uses", "0"], "--max-uses 0: at least 1"),
+        (["--always", "--for", "soon"], "--for 'soon': expected a duration"),
+        (["--always", "--for", "0s"], "at least one second"),
+        (["--always", "--total", "amount >= 100"], "FIELD <= LIMIT"),
+        (["--always", "--total", 'amount <= "a"'], "FIELD <= LIMIT"),
+        (["--always", "--total", "amount <= 1 and fee <= 2"], "FIELD <= LIMIT"),
+        (["--always", "--for", "400d"], "for_s is"),
+    ):
+        refused = keel("approve", session, interrupt["id"], *bad, env=server_env)
+        assert refused.returncode == 2 and said in refused.stderr, (bad, refused.stderr)
+    approved = keel(
+        "approve", "--json", "--no-input", session, interrupt["id"], "--always",
+        "--max-uses", "3", "--for", "1h", env=server_env,
+    )  # fmt: skip
+    assert approved.returncode == 3, approved.stderr
+    [asking] = json.loads(approved.stdout)["interrupts"]
+    assert asking["tool_use"]["name"] == "guarded_note"
+    listed = keel("policy", session, env=server_env)
+    assert "guarded_record: every call" in listed.stdout, listed.stdout
+    assert "2 of 3 uses left, expires in " in listed.stdout, listed.stdout
+    pending = keel("pending", session, env=server_env)
+    assert "; 2 of 3 uses left, expires in" in pending.stdout, pending.stdout
+    [standing] = json.loads(keel("policy", session, "--json", env=server_env).stdout)["standing"]
+    assert (standing["max_uses"], standing["uses"], standing["uses_left"]) == (3, 1, 2)
+    assert 3500 < standing["expires_in_s"] <= 3600 and "total_left" not in standing
+
+    noted = keel("approve", "--json", "--no-input", session, asking["id"], env=server_env)
+    assert noted.returncode == 3, noted.stderr
+    [last] = json.loads(noted.stdout)["interrupts"]
+    assert last["tool_use"]["input"]["value"] == "e"  # c and d ran: the approval ran out
+    assert out.read_text().splitlines() == ["a", "b", "c", "d"]
+    assert "no standing approvals" in keel("policy", session, env=server_env).stdout
+    denied = keel("deny", session, last["id"], "--reason", "enough", env=server_env)
+    assert denied.returncode == 0, denied.stderr

@@ -148,11 +148,14 @@ def test_sessions_lists_pending_approvals(
         "workflow_status",
         "status",
         "pending_approvals",
+        "cost_usd",
+        "cost_unknown",
         "last_activity",
         "started_at",
         "schedule",
     }
     assert entry["schedule"] is None  # not started by a schedule
+    assert entry["cost_usd"] is None and entry["cost_unknown"] is True  # no price: unknown
     assert entry["workflow_status"] == "running" and entry["status"] == "running"
     assert entry["started_at"] <= entry["last_activity"]
     human = keel("sessions", env=server_env)
