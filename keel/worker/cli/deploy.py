@@ -18,19 +18,16 @@ import argparse
 import importlib
 import json
 import sys
-import time
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from keel.worker.cli import flags
 from keel.worker.cli.console import EXIT_FAILED, EXIT_OK
+from keel.worker.cli.progress_bar import ProgressBar
 
 if TYPE_CHECKING:  # what the commands run is imported when they run: `keel --help` stays light
     from keel.activities.store.encrypted import Keyring
     from keel.worker.process.drift import DriftCheck
     from keel.worker.settings import Settings
-
-_BAR_WIDTH = 30
-_REDRAW_S = 0.1
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -133,7 +130,7 @@ async def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     client, address = await connect_configured(settings)
     if not modules:
         print("tool drift not checked: give --tools the modules the workers load", file=sys.stderr)
-    bar = _ProgressBar(sys.stderr)
+    bar = ProgressBar(sys.stderr, "checking")
     report = await check_sessions(
         client,
         workflows=workflows,
@@ -250,31 +247,6 @@ def _workflow_class(spec: str) -> type:
     if not isinstance(value, type) or not hasattr(value, "__temporal_workflow_definition"):
         raise UsageError(f"--workflow {spec!r} is not a @workflow.defn class")
     return value
-
-
-class _ProgressBar:
-    """``checking [#####-----] 12/40`` on stderr, redrawn in place at most 10 times a second."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.drawn = 0.0
-        self.last: tuple[int, int] | None = None
-
-    def show(self, done: int, total: int) -> None:
-        self.last = (done, total)
-        now = time.monotonic()
-        if done < total and now - self.drawn < _REDRAW_S:
-            return
-        self.drawn = now
-        filled = _BAR_WIDTH * done // total if total else _BAR_WIDTH
-        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-        self.stream.write(f"\rchecking [{bar}] {done}/{total}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.last is not None:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def add_parser(sub: flags.Subparsers) -> None:

@@ -194,6 +194,7 @@ class SessionReplays(SessionWriter):
         live_read: bool = False,
         replay_session: str | None = None,
         turn_timeout_s: float | None = None,
+        task_queue: str | None = None,
     ) -> ReplayReport:
         """Run a recording's prompts again in a new session; no tool runs.
 
@@ -205,14 +206,19 @@ class SessionReplays(SessionWriter):
             live_read: let a ``read`` tool run live when its call matches no recorded one.
             replay_session: the new session's id (default ``<session>/replay-<hex>``).
             turn_timeout_s: give up on a turn after this long.
+            task_queue: the replay session's task queue (default: the recorded session's
+                when ``case`` is a session id, else this client's).
 
         Returns:
             The report: answers and calls turn by turn, and the divergence if any.
 
         Raises:
             RequestRejected: the settings or the recording were refused (too big, say).
+            TimeoutError: a turn did not end within ``turn_timeout_s`` (the replay session
+                is closed).
         """
         if isinstance(case, str):
+            task_queue = task_queue or await self.session_task_queue(case)
             case = await self.export_case(case)
         settings = replay_config(case, model=model, config=config, system=system)
         settings.replay = ReplayPlan(
@@ -222,7 +228,7 @@ class SessionReplays(SessionWriter):
         )
         replay_id = replay_session or f"{case.session or case.name}/replay-{uuid.uuid4().hex[:8]}"
         started = time.monotonic()
-        await self._start_replay(replay_id, settings, case.messages)
+        await self._start_replay(replay_id, settings, case.messages, task_queue)
         report = ReplayReport(
             session=case.session or case.name,
             replay_session=replay_id,
@@ -245,7 +251,8 @@ class SessionReplays(SessionWriter):
 
         Nothing runs: the new session waits for its first prompt. It keeps the session's
         settings (approvers, keys, gated tools ...) but for ``changes`` (``SessionConfig``
-        fields); the session itself is not changed.
+        fields), and runs on its task queue (its workers have its tools); the session itself
+        is not changed.
 
         Raises:
             RequestRejected: ``at`` is out of range, or would leave a toolUse without its
@@ -267,15 +274,20 @@ class SessionReplays(SessionWriter):
             )
         config = state.config.model_copy(update={**changes, "replay": None})
         fork_id = new_session or f"{session_id}/fork-{uuid.uuid4().hex[:8]}"
-        await self._start_replay(fork_id, config, messages[:at])
+        queue = await self.session_task_queue(session_id)
+        await self._start_replay(fork_id, config, messages[:at], queue)
         return fork_id
 
     # ----------------------------------------------------------------------------- inside
 
     async def _start_replay(
-        self, session_id: str, config: SessionConfig, messages: list[Message]
+        self,
+        session_id: str,
+        config: SessionConfig,
+        messages: list[Message],
+        task_queue: str | None = None,
     ) -> None:
-        """Start a session with an imported conversation and no prompt."""
+        """Start a session with an imported conversation and no prompt (on ``task_queue``)."""
         check_config(config)
         start = SessionInput(config=config, messages=messages)
         size = len(start.model_dump_json(exclude_defaults=True))
@@ -290,7 +302,7 @@ class SessionReplays(SessionWriter):
                 AgentSession.run,
                 start,
                 id=session_id,
-                task_queue=self.task_queue,
+                task_queue=task_queue or self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 versioning_override=versioning_override(config),

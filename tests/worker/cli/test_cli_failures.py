@@ -59,6 +59,10 @@ COMMANDS = (
     "budget",
     "attach",
     "deploy",
+    "replay",
+    "fork",
+    "export",
+    "eval",
 )
 # How each command that names a session is called for it (S: the session, I: an interrupt id).
 ON_A_SESSION = {
@@ -77,6 +81,10 @@ ON_A_SESSION = {
     "wait": ["wait", "S"],
     "policy": ["policy", "S"],
     "budget": ["budget", "S", "--tokens", "1000"],
+    "replay": ["replay", "S", "--model", "scripted:x.json"],
+    "fork": ["fork", "S", "--at", "1"],
+    "export": ["export", "S"],
+    "eval": ["eval", "S", "--model", "scripted:x.json"],
 }
 # The commands that follow a session, and so wait for a worker rather than fail.
 WAITING = ("run", "approve", "deny", "respond", "resolve", "steer", "cancel", "watch", "budget")
@@ -517,6 +525,12 @@ MALFORMED: list[tuple[list[str], str]] = [
     (["close", "s1", "--timeout", "0"], "keel: --timeout must be more than 0 seconds"),
     (["attach", "s1"], "keel attach: the following arguments are required: --tools"),
     (["deploy"], "keel deploy: the following arguments are required: deploy_command"),
+    (["replay", "s1"], "keel: give the model to replay with: --model SPEC"),
+    (["fork", "s1"], "keel fork: the following arguments are required: --at"),
+    (["fork", "s1", "--at", "x"], "keel fork: argument --at: invalid int value: 'x'"),
+    (["export"], "keel export: the following arguments are required: session"),
+    (["eval", "x.json", "--model", "nope:x"], "keel: --model: "),
+    (["eval", "missing.json", "--model", "scripted:x.json"], "keel: missing.json: no such case"),
 ]
 
 
