@@ -18,7 +18,6 @@ Pure module: imported by workflow code (``now`` is ``workflow.now()`` there).
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,6 +27,8 @@ from keel.workflows.contracts import Condition, Decision, StandingApproval
 TOTAL_OPS = ("<=", "<")
 """The operators of a ``total``: the sum stays at or under, or under, its limit."""
 _MISSING = object()
+
+_INF = float("inf")
 
 
 def bounded(approval: StandingApproval) -> bool:
@@ -176,4 +177,6 @@ def _within(total: Condition, value: float) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and -_INF < value < _INF
+    )  # NaN compares false: not finite
