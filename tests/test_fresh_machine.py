@@ -124,7 +124,14 @@ def test_command_1_runs_the_demo_on_a_fresh_clone(tmp_path: Path) -> None:
     assert no_process_left(tmp_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.skipif(
+    os.environ.get("KEEL_SLOW_TESTS") != "1",
+    reason="a dev install in a fresh clone takes 80 s on 2 cores, and CI is that install on a "
+    "fresh machine already (test_readme checks it runs the README's command); "
+    "KEEL_SLOW_TESTS=1 runs it",
+)
 def test_command_2_installs_the_test_tools_on_a_fresh_clone(tmp_path: Path) -> None:
     """README's test command: its install part verbatim, then a few tests, not the suite.
 

@@ -142,13 +142,13 @@ class ToolGate:
         approval = self._ledger.standing.get(use.name)
         if approval is None or spec.requires_approval == "always":
             return False
-        if self._open_interrupt_of(use, "approval") is not None:
-            # a person was asked about this very call (decided, it may be, just before a
-            # continue-as-new): their decision stands, and the call is not counted as a use
-            return False
         if not covers(approval.when, use.input):
             return False
         ran_out = None
+        if bounded(approval) and self._open_interrupt_of(use, "approval") is not None:
+            # a person was asked about this very call (decided, it may be, just before a
+            # continue-as-new): their decision stands, and the call is not counted as a use
+            return False
         if bounded(approval):
             added = fits(approval, use.input, workflow.now())
             if added is None:

@@ -297,19 +297,7 @@ class SessionReplays(SessionWriter):
                 f"{size:,} bytes encoded, over the limit of {MAX_START_BYTES:,} (Temporal "
                 "takes at most 2 MB in one payload)"
             )
-        try:
-            await self.client.start_workflow(
-                AgentSession.run,
-                start,
-                id=session_id,
-                task_queue=task_queue or self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                versioning_override=versioning_override(config),
-                search_attributes=await start_attributes(self.client),
-            )
-        except WorkflowAlreadyStartedError as err:
-            raise RequestRejected(f"session {session_id!r} exists already") from err
+        await self._start_new(session_id, start, task_queue)
 
     async def _replay_turn(
         self,

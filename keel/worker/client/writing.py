@@ -161,20 +161,32 @@ class SessionWriter(SessionReader):
         except InputRejected as err:
             raise RequestRejected(str(err)) from err
         check_config(config)
+        await self._start_new(
+            session_id, SessionInput(config=config, messages=list(messages), prompt=content)
+        )
+        return PromptAck(turn_id=1, queued_behind=0)
+
+    async def _start_new(
+        self, session_id: str, start: SessionInput, task_queue: str | None = None
+    ) -> None:
+        """Start a session that must not exist yet (nor have existed), without waiting.
+
+        Raises:
+            RequestRejected: a session with this id exists (running or closed).
+        """
         try:
             await self.client.start_workflow(
                 AgentSession.run,
-                SessionInput(config=config, messages=list(messages), prompt=content),
+                start,
                 id=session_id,
-                task_queue=self.task_queue,
+                task_queue=task_queue or self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                versioning_override=versioning_override(config),
+                versioning_override=versioning_override(start.config),
                 search_attributes=await start_attributes(self.client),
             )
         except WorkflowAlreadyStartedError as err:
             raise RequestRejected(f"session {session_id!r} exists already") from err
-        return PromptAck(turn_id=1, queued_behind=0)
 
     async def wait_turn(
         self,

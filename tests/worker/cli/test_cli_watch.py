@@ -234,10 +234,12 @@ class Terminal:
     def write(self, data: str) -> None:
         os.write(self.master, data.encode())
 
-    def finish(self, timeout: float = 60) -> int:
-        while self._read_ready(0.1) and self.proc.poll() is None:
-            pass
-        code = self.proc.wait(timeout=timeout)
+    def finish(self, timeout: float = 120) -> int:
+        # drain the terminal while the process runs: a full one would block its writes
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self._read_ready(0.1)
+        code = self.proc.wait(timeout=max(deadline - time.monotonic(), 1))
         while self._read_ready(0):
             pass
         os.close(self.master)
