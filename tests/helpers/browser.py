@@ -75,7 +75,7 @@ class Page:
     async def open(self, path: str) -> None:
         await self.call(self.driver.get, self.base_url + path)
 
-    async def wait(self, check: Callable[[Any], T | None], what: str, timeout_s: float = 20.0) -> T:
+    async def wait(self, check: Callable[[Any], T | None], what: str, timeout_s: float = 40.0) -> T:
         """Poll ``check(driver)`` until it returns something truthy."""
 
         def poll() -> T:
@@ -108,7 +108,7 @@ class Page:
         (text,) = await self.wait(check, f"an element {css}")
         return text
 
-    async def wait_text(self, css: str, expected: str, timeout_s: float = 20.0) -> str:
+    async def wait_text(self, css: str, expected: str, timeout_s: float = 40.0) -> str:
         def check(driver: Any) -> str | None:
             found = driver.find_elements("css selector", css)
             texts = " ".join(e.text for e in found)
