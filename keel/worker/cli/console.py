@@ -392,6 +392,10 @@ async def ask(question: str) -> str | None:
             line = sys.stdin.readline()
         except (OSError, ValueError):
             line = ""
+        # no longer reading, before the answer is delivered: the next question (asked once
+        # this answer is in) starts a thread of its own instead of waiting on this one, which
+        # is about to end (seen as a hang when a denial's reason followed its "n")
+        _reader["reading"] = False
         to = _reader.pop("deliver", None)
         if to is not None:
             to(line or None)
@@ -401,11 +405,9 @@ async def ask(question: str) -> str | None:
     try:
         print(question, end="", flush=True)
         _reader["deliver"] = deliver
-        thread = _reader.get("thread")
-        if thread is None or not thread.is_alive():
-            thread = threading.Thread(target=read, name="keel-ask", daemon=True)
-            _reader["thread"] = thread
-            thread.start()
+        if not _reader.get("reading"):  # a withdrawn question's thread still reads: reuse it
+            _reader["reading"] = True
+            threading.Thread(target=read, name="keel-ask", daemon=True).start()
         line = await answer
     finally:
         if _reader.get("deliver") is deliver:

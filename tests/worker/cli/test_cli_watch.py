@@ -234,12 +234,15 @@ class Terminal:
     def write(self, data: str) -> None:
         os.write(self.master, data.encode())
 
-    def finish(self, timeout: float = 120) -> int:
+    def finish(self, timeout: float = 90) -> int:
         # drain the terminal while the process runs: a full one would block its writes
         deadline = time.monotonic() + timeout
         while self.proc.poll() is None and time.monotonic() < deadline:
             self._read_ready(0.1)
-        code = self.proc.wait(timeout=max(deadline - time.monotonic(), 1))
+        if self.proc.poll() is None:  # say what it showed, not only that it hung
+            self.proc.kill()
+            raise AssertionError(f"still running after {timeout:g} s; it showed:\n{self.output}")
+        code = self.proc.wait()
         while self._read_ready(0):
             pass
         os.close(self.master)
