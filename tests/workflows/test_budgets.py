@@ -19,6 +19,7 @@ from keel.workflows.standing import signed_value
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
+from tests.helpers.webhooks import receiver
 
 
 def sid() -> str:
@@ -245,3 +246,29 @@ async def test_a_cost_cap_asks_and_names_the_dollars(
     assert done.status == "completed" and done.cycles == 4
     assert done.cost_usd is not None and abs(done.cost_usd - 0.08) < 1e-9
     await save_history(keel.client, session, "budget_cost")
+
+
+async def test_a_job_at_its_cap_notifies_a_person(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """An overnight job parks on its budget and says so to its notify URL, with the command."""
+    ledger = tmp_path / "ledger.txt"
+    session = sid()
+    with receiver() as hook:
+        config = script(loop(ledger, 3), max_cycles_per_turn=1, notify=[hook.url])
+        async with run_worker():
+            record = await keel.run(session, "go", config=config, timeout_s=30)
+            assert record.status == "awaiting_human"
+            [posted] = await hook.arrival(1)
+            event = posted.event
+            assert event["event"] == "interrupt" and event["kind"] == "budget"
+            assert event["input"] == {"cap": "cycles", "spent": 1, "limit": 1}
+            assert event["command"] == f"keel approve {session} {record.interrupts[0].id}"
+            assert "turn reached its budget of 1 model calls" in event["reason"]
+            await keel.decide(session, record.interrupts[0].id, "approve", approver="ops")
+            # one more call granted; then the cap again, and a second notice
+            first, second = await hook.arrival(2)
+            again = await keel.wait_turn(session, 1, timeout_s=30)
+    assert again.status == "awaiting_human" and again.cycles == 2
+    assert second.event["kind"] == "budget" and second.event["interrupt"] != event["interrupt"]
+    assert second.event["input"] == {"cap": "cycles", "spent": 2, "limit": 2}
