@@ -94,25 +94,34 @@ def session_limit(config: SessionConfig, ledger: Ledger, cap: CapName) -> float 
     return None if configured is None else float(configured)
 
 
-def reached_cap(config: SessionConfig, ledger: Ledger, record: TurnRecord) -> Cap | None:
-    """The first cap the turn has reached, or None: checked before each model call."""
+def spending(
+    config: SessionConfig, ledger: Ledger, record: TurnRecord
+) -> dict[CapName, tuple[float | None, float | None]]:
+    """Each cap of the running turn, in the order checked: what is spent and its limit now.
+
+    A turn cap is the configured one plus what people granted the turn
+    (``TurnRecord.allowance``); a session cap is ``session_limit``. None: not known (spent),
+    no cap (limit).
+    """
     more = record.allowance
-    checks: list[tuple[CapName, float | None, float | None]] = [
-        ("cycles", record.cycles, _plus(config.max_cycles_per_turn, more.get("cycles"))),
-        (
-            "turn_tokens",
+    return {
+        "cycles": (record.cycles, _plus(config.max_cycles_per_turn, more.get("cycles"))),
+        "turn_tokens": (
             record.usage.totalTokens,
             _plus(config.max_turn_tokens, more.get("turn_tokens")),
         ),
-        (
-            "session_tokens",
+        "session_tokens": (
             ledger.usage.totalTokens,
             session_limit(config, ledger, "session_tokens"),
         ),
-        ("turn_cost", record.cost_usd, _plus(config.max_turn_cost_usd, more.get("turn_cost"))),
-        ("session_cost", ledger.cost_usd, session_limit(config, ledger, "session_cost")),
-    ]
-    for name, spent, limit in checks:
+        "turn_cost": (record.cost_usd, _plus(config.max_turn_cost_usd, more.get("turn_cost"))),
+        "session_cost": (ledger.cost_usd, session_limit(config, ledger, "session_cost")),
+    }
+
+
+def reached_cap(config: SessionConfig, ledger: Ledger, record: TurnRecord) -> Cap | None:
+    """The first cap the turn has reached, or None: checked before each model call."""
+    for name, (spent, limit) in spending(config, ledger, record).items():
         if spent is not None and limit is not None and spent >= limit:
             return Cap(name, spent, limit)
     return None

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from keel.workflows.budget_contracts import CapName
+from keel.workflows.budgets import spending
 from keel.workflows.contracts import SessionConfig, SessionResult, TurnRecord
 from keel.workflows.cost import Spend
 from keel.workflows.ledger import Ledger
@@ -53,31 +55,17 @@ def _least(*values: float | None) -> float | None:
 
 
 def left(config: SessionConfig, ledger: Ledger, record: TurnRecord) -> Left:
-    """What the running turn may still spend under the session's caps.
+    """What the running turn may still spend under its caps (``budgets.spending``)."""
+    caps = spending(config, ledger, record)
 
-    A cap is the session's (``SessionConfig``), raised by the ``budget`` update
-    (``Ledger.budgets``), plus what people granted the turn past it (``TurnRecord.allowance``).
-    """
+    def remaining(cap: CapName) -> float | None:
+        spent, limit = caps[cap]
+        return None if limit is None else limit - (spent or 0.0)
 
-    def cap(name: str, base: float | None) -> float | None:
-        value = ledger.budgets.get(name, base)
-        return None if value is None else value + record.allowance.get(name, 0)
-
-    def remaining(limit: float | None, used: float) -> float | None:
-        return None if limit is None else limit - used
-
-    turn_tokens = remaining(cap("turn_tokens", config.max_turn_tokens), record.usage.totalTokens)
-    session_tokens = remaining(
-        cap("session_tokens", config.max_session_tokens), ledger.usage.totalTokens
-    )
-    turn_cost = remaining(cap("turn_cost", config.max_turn_cost_usd), record.cost_usd or 0.0)
-    session_cost = remaining(
-        cap("session_cost", config.max_session_cost_usd), ledger.cost_usd or 0.0
-    )
-    tokens = _least(turn_tokens, session_tokens)
+    tokens = _least(remaining("turn_tokens"), remaining("session_tokens"))
     return Left(
         tokens=None if tokens is None else int(tokens),
-        cost_usd=_least(turn_cost, session_cost),
+        cost_usd=_least(remaining("turn_cost"), remaining("session_cost")),
     )
 
 
