@@ -74,7 +74,6 @@ from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFa
 from temporalio.service import RPCError
 
 from keel import KeelClient, SessionConfig, connect, open_store
-from keel.worker.client.writing import POLL_MAX_S, POLL_START_S
 from tests.benchmarks.cold_resume import WorkerProcess as KeelWorker
 from tests.benchmarks.floor import PARKED_WORKFLOW, TIMEOUT, FloorParked
 from tests.benchmarks.process_stats import cpu_seconds, rss_bytes
@@ -82,6 +81,9 @@ from tests.benchmarks.server import PERSISTENCE, bench_server, describe
 from tests.helpers.scripts import respond, text, tool_use, write_script
 
 logger = logging.getLogger(__name__)
+# The floor waits for its session to park by polling a query, 50 ms backing off to 0.5 s.
+POLL_START_S = 0.05
+POLL_MAX_S = 0.5
 
 TOOLS = "tests.sample_tools"
 AT_ONCE = 50

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk
+from keel.worker.client.streams import TextChunk, stop_task
 from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 from keel.workflows.cost import dollars
@@ -28,6 +28,8 @@ from keel.workflows.interrupt_kinds import KINDS
 
 # How long an event that ends a model call waits for the last of that call's text.
 TEXT_END_WAIT_S = 1.0
+# How often the text of a model call that started checks that its events were asked for.
+NUDGE_CHECK_S = 0.01
 
 logger = logging.getLogger(__name__)
 # Printers whose last output is streamed text without its newline (see end_streamed_line).
@@ -258,6 +260,7 @@ class Follower:
         self._streaming: tuple[int | None, int | None] | None = None
         self._stream_ended = asyncio.Event()
         self._polled = asyncio.Event()  # set, and replaced, after each poll's events
+        self._look_now = asyncio.Event()  # set: the state is asked now (a model call started)
 
     async def turn_settled(self, turn_id: int) -> TurnRecord:
         """Follow until the turn has ended or waits for a human; returns its record."""
@@ -285,7 +288,9 @@ class Follower:
         last: SessionState | None = None
         text = None if self.text is None else asyncio.create_task(self._print_text(self.text))
         try:
-            states = self.keel.snapshots(self.session, self.since, poll_s=self.poll_s, stop=stop)
+            states = self.keel.snapshots(
+                self.session, self.since, poll_s=self.poll_s, stop=stop, nudge=self._look_now
+            )
             async for state in states:
                 last = state
                 self.since = max(self.since, state.event_count)
@@ -298,8 +303,7 @@ class Follower:
         finally:
             if text is not None:
                 await self._call_text_ended()
-                text.cancel()
-                await asyncio.gather(text, return_exceptions=True)
+                await stop_task(text)
         if self.text is not None:
             self.text.end_line()
         return last
@@ -349,12 +353,15 @@ class Follower:
     async def _events_before(self) -> None:
         """Let the events from before a model call started be printed before its text.
 
-        Waits (briefly) for two more polls of the event log: the second was sent after the
-        call had started.
+        Asks for the state now, and waits (briefly) until the events of a query sent after
+        the call had started are printed.
         """
-        for _ in range(2):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._polled.wait(), TEXT_END_WAIT_S)
+        self._look_now.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TEXT_END_WAIT_S):
+                while self._look_now.is_set():  # cleared as that query is sent
+                    await asyncio.sleep(NUDGE_CHECK_S)
+                await self._polled.wait()
 
     async def _text_before(self, events: list[Event]) -> None:
         """Let the text of a model call end before the event that says the call ended."""

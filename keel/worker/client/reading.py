@@ -26,6 +26,7 @@ from keel.activities.store import StoreError
 from keel.worker.client.calls import SessionCaller
 from keel.worker.client.effects_listing import effect_records
 from keel.worker.client.errors import SessionNotFound
+from keel.worker.client.history_watch import HistoryWatch
 from keel.worker.client.run_status import (
     SessionEnd,
     ended_pending,
@@ -54,6 +55,9 @@ logger = logging.getLogger(__name__)
 LIVENESS_EVERY_S = 5.0
 # A query of a follower that takes longer is given up and retried on the next poll.
 FOLLOW_QUERY_TIMEOUT = timedelta(seconds=10)
+# How late a follower (``keel run``, ``keel watch``, the web page) may show a state while the
+# session's model call, tool or judge runs: fewer queries, each one billed (``HistoryWatch``).
+FOLLOW_LAG_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -238,23 +242,31 @@ class SessionReader(SessionCaller):
         since: int = 0,
         *,
         poll_s: float = 0.2,
+        lag_s: float = FOLLOW_LAG_S,
         stop: Callable[[SessionState], bool] | None = None,
+        nudge: asyncio.Event | None = None,
     ) -> AsyncIterator[SessionState]:
-        """Follow a session: its state (without messages) every ``poll_s`` seconds.
+        """Follow a session: its state (without messages) each time it may have changed.
 
         Each state yielded carries in ``events`` only the events not yielded before, in
-        order (possibly none). Polls the ``state`` query, which writes nothing to history.
-        Ends after yielding a state for which ``stop`` returns True, once the session is
-        closed, or once its workflow no longer runs. When Temporal ended the run (terminate,
-        cancel, timeout, failure), the last state yielded says so (``status``, its unfinished
-        turns ``cancelled``: see ``ended``). A query that fails on the way (a worker
-        restarting, the server busy) is retried on the next poll.
+        order (possibly none). The session's history is long-polled (``HistoryWatch``, not
+        billed by Temporal Cloud) and the ``state`` query, billed, is asked only when the
+        history says the state may have changed: at once when the session stopped working
+        (idle, waiting for a person, ended), at most ``lag_s`` late while a model call, tool
+        or judge runs. Neither writes to history. Ends after yielding a state for which
+        ``stop`` returns True, once the session is closed, or once its workflow no longer
+        runs. When Temporal ended the run (terminate, cancel, timeout, failure), the last
+        state yielded says so (``status``, its unfinished turns ``cancelled``: see
+        ``ended``). A query that fails on the way (a worker restarting, the server busy) is
+        asked again ``poll_s`` later.
 
         Args:
             session_id: the session.
             since: the number of events already seen; 0 follows the log from its start.
-            poll_s: seconds between polls.
+            poll_s: the least time between two queries.
+            lag_s: how late a state may be seen while the session's work runs.
             stop: called with every state yielded; True ends the iteration.
+            nudge: set it to have the state asked now; it is cleared as that query is sent.
 
         Raises:
             SessionNotFound: no such session.
@@ -265,39 +277,50 @@ class SessionReader(SessionCaller):
         checked = False  # whether the workflow runs: asked after the first poll, then when quiet
         failing = False
         timeout = self.query_timeout or FOLLOW_QUERY_TIMEOUT
-        while True:
-            query = StateQuery(events_since=since, include_messages=False)
-            try:
-                state = await self._ask(
-                    session_id,
-                    partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
-                )
-            except (RPCError, WorkflowQueryFailedError) as err:
-                if not failing:
-                    logger.warning("session %s does not answer (retrying): %s", session_id, err)
-                failing = True
-            else:
-                failing = False
-                # A log shorter than what was seen means the caller's ``since`` was too far.
-                since = max(since, state.event_count)
-                if state.events:
-                    quiet_since = loop.time()
-                settled = state.status == "closed" or (stop is not None and stop(state))
-                end = await self.ended(session_id) if settled else None
-                if end is not None:  # ended by Temporal: said once, as the last state
-                    yield ended_state(state, end)
-                    return
-                yield state
-                if settled:
-                    return
-            if not checked or loop.time() - quiet_since >= LIVENESS_EVERY_S:
-                checked, quiet_since = True, loop.time()
-                if not await self._running(session_id):
-                    last = await self._last_state(session_id, since)
-                    if last is not None:
-                        yield last
-                    return
-            await asyncio.sleep(poll_s)
+        async with HistoryWatch(self.client, session_id, lag_s=lag_s) as watch:
+            ask = True
+            while True:
+                asked_at = loop.time()
+                if ask:
+                    if nudge is not None:
+                        nudge.clear()  # this query answers it
+                    query = StateQuery(events_since=since, include_messages=False)
+                    try:
+                        state = await self._ask(
+                            session_id,
+                            partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
+                        )
+                    except (RPCError, WorkflowQueryFailedError) as err:
+                        if not failing:
+                            logger.warning(
+                                "session %s does not answer (retrying): %s", session_id, err
+                            )
+                        failing = True
+                    else:
+                        failing = False
+                        # A log shorter than what was seen means the caller's ``since`` was
+                        # too far.
+                        since = max(since, state.event_count)
+                        if state.events:
+                            quiet_since = loop.time()
+                        settled = state.status == "closed" or (stop is not None and stop(state))
+                        end = await self.ended(session_id) if settled else None
+                        if end is not None:  # ended by Temporal: said once, as the last state
+                            yield ended_state(state, end)
+                            return
+                        yield state
+                        if settled:
+                            return
+                if not checked or loop.time() - quiet_since >= LIVENESS_EVERY_S:
+                    checked, quiet_since = True, loop.time()
+                    if not await self._running(session_id):
+                        last = await self._last_state(session_id, since)
+                        if last is not None:
+                            yield last
+                        return
+                ask = failing or await watch.wait(LIVENESS_EVERY_S, nudge)
+                if ask:  # at most one query every poll_s
+                    await asyncio.sleep(max(0.0, asked_at + poll_s - loop.time()))
 
     async def _last_state(self, session_id: str, since: int) -> SessionState | None:
         """The state (events after ``since``) of a session Temporal ended, as it ended.
@@ -324,6 +347,7 @@ class SessionReader(SessionCaller):
         since: int = 0,
         *,
         poll_s: float = 0.2,
+        lag_s: float = FOLLOW_LAG_S,
         stop: Callable[[SessionState], bool] | None = None,
     ) -> AsyncIterator[Event]:
         """Follow a session's event log: yields new events in order as they happen.
@@ -335,7 +359,8 @@ class SessionReader(SessionCaller):
         Args:
             session_id: the session.
             since: the number of events already seen (yields events ``since + 1`` on).
-            poll_s: seconds between polls of the ``state`` query.
+            poll_s: the least time between two ``state`` queries (see ``snapshots``).
+            lag_s: how late events may be seen while the session's work runs.
             stop: called with the session's state after each poll's events are yielded;
                 True ends the iteration. Without it, iteration ends when the session closes
                 or its workflow stops running.
@@ -343,7 +368,8 @@ class SessionReader(SessionCaller):
         Raises:
             SessionNotFound: no such session.
         """
-        async for state in self.snapshots(session_id, since, poll_s=poll_s, stop=stop):
+        states = self.snapshots(session_id, since, poll_s=poll_s, lag_s=lag_s, stop=stop)
+        async for state in states:
             for event in state.events:
                 yield event
 

@@ -26,6 +26,8 @@ from temporalio.service import RPCError
 from keel.workflows.activity_options import MODEL_ACTIVITY
 
 logger = logging.getLogger(__name__)
+# How long a cancelled follower may take to end before it is cancelled again (``stop_task``).
+CANCEL_AGAIN_S = 0.5
 
 __all__ = [
     "ENDPOINT",
@@ -34,6 +36,7 @@ __all__ = [
     "TextChunk",
     "follow_model_text",
     "heartbeat_snapshot",
+    "stop_task",
 ]
 
 ENDPOINT = "endpoint"
@@ -150,9 +153,8 @@ async def _endpoint_events(url: str, token: str, offset: int) -> AsyncIterator[t
     """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, limit=_LINE_LIMIT), CONNECT_TIMEOUT_S
-    )
+    async with asyncio.timeout(CONNECT_TIMEOUT_S):
+        reader, writer = await asyncio.open_connection(host, port, limit=_LINE_LIMIT)
     try:
         writer.write(
             f"GET {parts.path}?offset={offset} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
@@ -160,15 +162,17 @@ async def _endpoint_events(url: str, token: str, offset: int) -> AsyncIterator[t
             "Connection: close\r\n\r\n".encode()
         )
         await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            status = await reader.readline()
+            while (await reader.readline()).strip():
+                pass  # headers
         fields = status.split()
-        while (await asyncio.wait_for(reader.readline(), CONNECT_TIMEOUT_S)).strip():
-            pass  # headers
         if len(fields) < 2 or fields[1] != b"200":
             raise _Refused(status.decode(errors="replace").strip())
         event, data = "message", list[str]()
         while True:
-            line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):  # wait_for can drop a cancel (3.11)
+                line = await reader.readline()
             if not line:
                 return
             text = line.decode().rstrip("\r\n")
@@ -341,3 +345,15 @@ async def _details(client: Client, payloads: Any) -> dict[str, Any]:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) else None
+
+
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling it again while it runs on.
+
+    On Python 3.11, an ``asyncio.wait_for`` whose awaitable finishes as the cancel comes
+    returns its result and drops the cancel: a text follower reading its stream's last line
+    then went on following, and ``keel run`` (or the web page's stream) waited for it forever.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)

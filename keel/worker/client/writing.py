@@ -25,6 +25,7 @@ from keel.activities.models import ModelSpecError, check_model_spec
 from keel.activities.structured import OutputSchemaError, check_output_schema
 from keel.worker.client.calls import within_limits
 from keel.worker.client.errors import RequestRejected
+from keel.worker.client.history_watch import HistoryWatch
 from keel.worker.client.reading import SessionReader
 from keel.worker.client.status_attribute import start_attributes
 from keel.workflows.boundary import InputRejected, validate_prompt
@@ -47,9 +48,9 @@ from keel.workflows.session import AgentSession
 ENDED = frozenset({"completed", "failed", "cancelled"})
 # A turn in one of these states waits for nobody but a human, or is over.
 SETTLED = ENDED | {"awaiting_human"}
-# ``wait_turn`` polls the turn query this often at first, backing off to POLL_MAX_S.
-POLL_START_S = 0.05
-POLL_MAX_S = 0.5
+# How late ``wait_turn`` may see a turn that settled in the workflow task that started more
+# model calls, tools or judges (the next queued prompt's): one query per such task otherwise.
+WAIT_LAG_S = 5.0
 
 
 def versioning_override(config: SessionConfig) -> VersioningOverride | None:
@@ -198,8 +199,11 @@ class SessionWriter(SessionReader):
     ) -> TurnRecord:
         """Wait until a turn has ended or waits for a human.
 
-        Polls the ``turn`` query (queries write nothing to history), backing off from 50 ms
-        to 500 ms.
+        Long-polls the session's history (``HistoryWatch``: not billed by Temporal Cloud,
+        nothing written) and asks the ``turn`` query (billed) only when the history says the
+        turn may have settled: when a workflow task ended without starting more of the turn's
+        work, or ``WAIT_LAG_S`` after one that did (a turn that ends in the task that starts
+        the next queued prompt is seen that late).
 
         Args:
             session_id: the session.
@@ -211,17 +215,18 @@ class SessionWriter(SessionReader):
         Raises:
             TimeoutError: ``timeout_s`` passed first.
         """
-        delay = POLL_START_S
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
-        while True:
-            record = await self.turn(session_id, turn_id)
-            if record.status in (ENDED if through_interrupts else SETTLED):
-                return record
-            if deadline is not None and loop.time() >= deadline:
-                raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, POLL_MAX_S)
+        async with HistoryWatch(self.client, session_id, lag_s=WAIT_LAG_S) as watch:
+            while True:
+                record = await self.turn(session_id, turn_id)
+                if record.status in (ENDED if through_interrupts else SETTLED):
+                    return record
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and (left <= 0 or not await watch.wait(left)):
+                    raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
+                if left is None:
+                    await watch.wait()
 
     async def run(
         self,

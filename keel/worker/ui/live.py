@@ -25,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk
+from keel.worker.client.streams import TextChunk, stop_task
 from keel.worker.ui.access import Visit
 from keel.worker.ui.context import UiContext
 from keel.worker.ui.pages import SessionParts, render_rows, render_session, session_rows_of
@@ -150,9 +150,10 @@ async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncGenerator[s
                 raise item
             yield item
     finally:
-        for task in tasks:
+        for task in tasks:  # all cancelled first: an await here may be cancelled itself
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            await stop_task(task)
 
 
 async def _parts(

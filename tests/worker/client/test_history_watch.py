@@ -1,0 +1,135 @@
+"""Waiting clients long-poll history and query only when the session may have changed.
+
+Temporal Cloud bills each query; reading history is free. Before, ``wait_turn`` queried every
+50 to 500 ms and a follower every 0.2 s: 24 queries for a 5 s model call. The queries a
+session's workflow answers are counted here by a worker interceptor.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    HandleQueryInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from keel import KeelClient
+from keel.worker.client.history_watch import query_delay
+from keel.workflows.activity_options import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
+from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scripts import respond, text, tool_use
+
+QUERIES: Counter[str] = Counter()
+
+
+class _CountQueries(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        return await super().execute_workflow(input)
+
+    async def handle_query(self, input: HandleQueryInput) -> Any:
+        QUERIES[f"{input.query}:{_session(input)}"] += 1
+        return await super().handle_query(input)
+
+
+def _session(_: HandleQueryInput) -> str:
+    from temporalio import workflow
+
+    return workflow.info().workflow_id
+
+
+class CountQueries(Interceptor):
+    """Counts the queries each session's workflow answers, by query name and session."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _CountQueries
+
+
+def _slow_cycles(tmp_path: Path, cycles: int, delay_s: float) -> list[dict[str, Any]]:
+    out = tmp_path / "out.txt"
+    steps = [
+        respond(
+            tool_use(f"r{i}", "record", path=str(out), value=f"v{i}"),
+            stop="tool_use",
+            delay_s=delay_s,
+        )
+        for i in range(cycles)
+    ]
+    return [*steps, respond(text("done"), delay_s=delay_s)]
+
+
+async def test_wait_turn_queries_once_or_twice_for_a_turn_of_slow_cycles(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """Three cycles of 1.2 s model calls (4.8 s): the old wait_turn asked about 12 times."""
+    config = script(_slow_cycles(tmp_path, 3, 1.2))
+    session = f"watch-{uuid.uuid4().hex[:8]}"
+    async with run_worker(interceptors=[CountQueries()]):
+        record = await keel.run(session, "go", config=config, timeout_s=60)
+    assert record.status == "completed", record
+    assert (tmp_path / "out.txt").read_text().splitlines() == ["v0", "v1", "v2"]
+    asked = QUERIES[f"turn:{session}"]
+    assert 1 <= asked <= 3, f"wait_turn asked the turn query {asked} times"
+
+
+async def test_a_follower_sees_every_event_with_a_query_per_slow_step(
+    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+) -> None:
+    """Every event, in order, once; about one query per model call, not five a second."""
+    config = script(_slow_cycles(tmp_path, 2, 1.5))
+    session = f"follow-{uuid.uuid4().hex[:8]}"
+    async with run_worker(interceptors=[CountQueries()]):
+        ack = await keel.prompt(session, "go", config=config)
+        seen = []
+        settled = None
+        async for state in keel.snapshots(
+            session,
+            stop=lambda s: any(t.status == "completed" for t in s.turns if t.turn_id == 1),
+        ):
+            seen.extend(state.events)
+            settled = state
+    assert settled is not None and ack.turn_id == 1
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    types = [e.type for e in seen]
+    assert types.count("model_called") == 3 and types.count("tool_finished") == 2
+    assert types[-1] == "turn_ended"
+    asked = QUERIES[f"state:{session}"]
+    # 4.5 s of model calls: 22 queries at the old 0.2 s; one a call, and a few for the rest
+    assert 2 <= asked <= 8, f"the follower asked the state query {asked} times"
+
+
+def _event(kind: EventType.ValueType, activity: str = "") -> HistoryEvent:
+    event = HistoryEvent(event_type=kind)
+    if activity:
+        event.activity_task_scheduled_event_attributes.activity_type.name = activity
+    return event
+
+
+def test_query_delay_reads_what_a_workflow_task_did() -> None:
+    done = _event(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    model = _event(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, MODEL_ACTIVITY)
+    tool = _event(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, TOOL_ACTIVITY)
+    notify = _event(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, NOTIFY_ACTIVITY)
+    status = _event(EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
+    ended = _event(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+    assert query_delay([ended], 1.0) is None  # its workflow task has not run yet
+    assert query_delay([done], 1.0) == 0.0  # a task that started nothing: idle, or waiting
+    assert query_delay([done, model], 1.0) == 1.0
+    assert query_delay([done, tool, tool], 2.5) == 2.5
+    assert query_delay([done, notify], 1.0) == 0.0  # not the turn's work
+    assert query_delay([done, model, status], 1.0) == 0.0  # KeelStatus changed
+    for close in (
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    ):
+        assert query_delay([ended, _event(close)], 1.0) == 0.0
