@@ -1,6 +1,6 @@
 """A real model server's turn: alone, under the raw Temporal floor, and through Keel.
 
-    python3 -m tests.benchmarks.real_model [--calls 10] [--max-tokens 32] [--prompt TEXT]
+    python3 -m tests.benchmarks.real_model [--calls 20] [--max-tokens 32] [--prompt TEXT]
         [--concurrency 8] [--rounds 5] [--concurrent-max-tokens 64] [--story TEXT]
         [--profile 0]
 
@@ -222,9 +222,17 @@ async def throughput(
     return figures
 
 
+def pin_all(pids: dict[str, int]) -> str:
+    """The llama server on the last CPU, the other processes on the others; what was done."""
+    cpus = sorted(os.sched_getaffinity(0))
+    for name, pid in pids.items():
+        pin(pid, {cpus[-1]} if name == "llama" else set(cpus[:-1]))
+    return f"# pinned: llama on CPU {cpus[-1]}, this process and the dev server on {cpus[:-1]}"
+
+
 async def run(
     *,
-    calls: int = 10,
+    calls: int = 20,
     max_tokens: int = 32,
     prompt: str = "Reply with one word: hello",
     concurrency: int = 8,
@@ -237,52 +245,60 @@ async def run(
 ) -> dict[str, float]:
     """Every figure, printed with ``out``; returned by name (``figure[labels]``)."""
     # Enough threads for every path's blocking calls at once (the default is cores + 4).
-    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(4 * concurrency + 8))
+    loop = asyncio.get_running_loop()
+    threads = ThreadPoolExecutor(4 * concurrency + 8)
+    loop.set_default_executor(threads)
     figures: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp, LlamaServer(Path(tmp) / "server.log") as server:
-        os.environ["OPENAI_BASE_URL"] = server.base_url
-        os.environ["NO_PROXY"] = "127.0.0.1,localhost"
-        provider = OpenAIProvider(MODEL.removeprefix("openai:"), os.environ)
-        short = Prompt.build(provider, prompt, max_tokens)
-        long = Prompt.build(provider, story, concurrent_max_tokens)
-        async with dev_server() as env:
-            store = open_store(str(Path(tmp) / "store"))
-            suffix = uuid.uuid4().hex[:8]
-            keel = KeelClient(env.client, f"bench-{suffix}", store)
-            floor = plain_client(env.client)
-            floor_queue = f"floor-{suffix}"
-            async with (
-                build_worker(env.client, keel.task_queue, [], store=store),
-                floor_worker(floor, floor_queue),
-            ):
-                pids = {
-                    "python": os.getpid(),
-                    "temporal": child_pid("temporal"),
-                    "llama": server.process.pid if server.process else 0,
-                }
-                paths = Paths(provider.url, keel, floor, floor_queue, pids)
-                if pinned:
-                    cpus = sorted(os.sched_getaffinity(0))
-                    pin(pids["llama"], {cpus[-1]})
-                    pin(pids["python"], set(cpus[:-1]))
-                    pin(pids["temporal"], set(cpus[:-1]))
-                    out(f"# pinned: llama on CPU {cpus[-1]}, the rest on {cpus[:-1]}")
-                if calls:
-                    figures.update(await latencies(paths, short, calls, out))
-                if rounds and concurrency:
-                    figures.update(await throughput(paths, long, concurrency, rounds, out))
-                if profile_calls:
-                    figures.update(
-                        await profile(
-                            paths, short, profile_calls, out, batch=long, concurrency=concurrency
+    try:
+        with tempfile.TemporaryDirectory() as tmp, LlamaServer(Path(tmp) / "server.log") as server:
+            os.environ["OPENAI_BASE_URL"] = server.base_url
+            os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+            provider = OpenAIProvider(MODEL.removeprefix("openai:"), os.environ)
+            short = Prompt.build(provider, prompt, max_tokens)
+            long = Prompt.build(provider, story, concurrent_max_tokens)
+            async with dev_server() as env:
+                store = open_store(str(Path(tmp) / "store"))
+                suffix = uuid.uuid4().hex[:8]
+                keel = KeelClient(env.client, f"bench-{suffix}", store)
+                floor = plain_client(env.client)
+                floor_queue = f"floor-{suffix}"
+                async with (
+                    build_worker(env.client, keel.task_queue, [], store=store),
+                    floor_worker(floor, floor_queue),
+                ):
+                    port = env.client.service_client.config.target_host.rsplit(":", 1)[1]
+                    pids = {
+                        "python": os.getpid(),
+                        "temporal": child_pid("temporal", port),
+                        "llama": server.process.pid if server.process else 0,
+                    }
+                    paths = Paths(provider.url, keel, floor, floor_queue, pids)
+                    if pinned:
+                        out(pin_all(pids))
+                    if calls:
+                        figures.update(await latencies(paths, short, calls, out))
+                    if rounds and concurrency:
+                        figures.update(await throughput(paths, long, concurrency, rounds, out))
+                    if profile_calls:
+                        figures.update(
+                            await profile(
+                                paths,
+                                short,
+                                profile_calls,
+                                out,
+                                batch=long,
+                                concurrency=concurrency,
+                            )
                         )
-                    )
+    finally:
+        loop.set_default_executor(ThreadPoolExecutor())
+        threads.shutdown(wait=False)
     return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=10, help="latency calls per path")
+    parser.add_argument("--calls", type=int, default=20, help="latency calls per path")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--prompt", default="Reply with one word: hello")
     parser.add_argument("--concurrency", type=int, default=8, help="calls at once (0: none)")

@@ -68,19 +68,21 @@ async def turn_by_history(keel: KeelClient, session_id: str, turn_id: int) -> Tu
     raise RuntimeError(f"session {session_id!r} closed before turn {turn_id} settled")
 
 
-def child_pid(command: str) -> int:
-    """The pid of this process's child running ``command`` (its ``comm``)."""
+def child_pid(command: str, argument: str) -> int:
+    """The pid of this process's child running ``command`` (its ``comm``) with ``argument``
+    among its arguments (a test process may have started other dev servers)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             comm = (entry / "comm").read_text().strip()
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if comm == command and ppid == os.getpid():
+        if comm == command and ppid == os.getpid() and argument.encode() in args:
             return int(entry.name)
-    raise RuntimeError(f"no child process {command!r}")
+    raise RuntimeError(f"no child process {command!r} with {argument!r}")
 
 
 def pin(pid: int, cpus: set[int]) -> None:
