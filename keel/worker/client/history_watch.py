@@ -22,7 +22,6 @@ server), the watch says "look now" at most once a second, so a caller never wait
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -187,6 +186,8 @@ class HistoryWatch:
                     request, retry=True, timeout=_LONG_POLL_TIMEOUT
                 )
             except RPCError as err:
+                if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                    continue  # a long poll that outlived its deadline: nothing new, ask again
                 if not self._failing:
                     logger.info("cannot read the history of session %s: %s", self._session_id, err)
                 self._failing = True
