@@ -259,7 +259,11 @@ class Bench:
             )
             self.report.tradeoffs.append(found)
             if self.args.progress:
-                print(f"# heartbeat timeout {timeout:g} s: {found}", flush=True)
+                print(
+                    f"# heartbeat timeout {timeout:g} s: {found.actions.total:g} actions, "
+                    f"recovery {found.recovery_s:.1f} s",
+                    flush=True,
+                )
 
 
 async def run(args: argparse.Namespace) -> Report:
@@ -302,7 +306,7 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 def parser() -> argparse.ArgumentParser:
     """The command line; ``--quick`` sets small sizes for whatever was not given."""
     parse = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parse.add_argument("--quick", action="store_true", help="a bounded run (about 3 minutes)")
+    parse.add_argument("--quick", action="store_true", help="a bounded run (about 4 minutes)")
     parse.add_argument("--cycles", type=int, default=2, help="tool cycles of the measured turn")
     parse.add_argument("--model-delays", type=_floats, help="s per model call (0.1,2,10)")
     parse.add_argument("--tool-delays", type=_floats, help="s per tool run (0.1,5)")
