@@ -7,6 +7,11 @@ answers with one ``toolUse`` until ``cycles`` tool cycles have run, then with te
 scripted model Keel is measured with; the tool returns a text of ``result_size`` characters,
 like ``tests.sample_tools.big``.
 
+``model_delay_s`` and ``tool_delay_s`` (default 0, left out of the payloads then) make each
+model call and tool run sleep that long, like the scripted model's ``delay_s`` and
+``tests.sample_tools.slow`` (for ``tests.benchmarks.actions``); each activity's timeout grows
+by its delay.
+
 With ``hold`` set, the workflow stays open after its cycles until the ``release`` signal, so
 it stays in the worker's cache (for the memory figure).
 
@@ -21,6 +26,7 @@ query) and the workflow stays open, as a Keel session does after its turn, until
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -43,9 +49,14 @@ TIMEOUT = timedelta(seconds=10)
 async def floor_model(request: dict[str, Any]) -> dict[str, Any]:
     """Answer like the scripted model: one toolUse per cycle, then a final text."""
     messages = request["messages"]
+    if request.get("model_delay_s"):
+        await asyncio.sleep(request["model_delay_s"])
     index = sum(1 for m in messages if m["role"] == "assistant")
     if index < request["cycles"]:
-        use = {"toolUseId": f"c{index}", "name": "big", "input": {"size": request["result_size"]}}
+        inputs: dict[str, Any] = {"size": request["result_size"]}
+        if request.get("tool_delay_s"):
+            inputs["delay_s"] = request["tool_delay_s"]
+        use = {"toolUseId": f"c{index}", "name": "big", "input": inputs}
         return {
             "message": {"role": "assistant", "content": [{"toolUse": use}]},
             "stopReason": "tool_use",
@@ -62,6 +73,8 @@ async def floor_model(request: dict[str, Any]) -> dict[str, Any]:
 async def floor_tool(use: dict[str, Any]) -> dict[str, Any]:
     """Run the one tool: a text of the requested size, as a Converse toolResult."""
     size = int(use["input"]["size"])
+    if use["input"].get("delay_s"):
+        await asyncio.sleep(use["input"]["delay_s"])
     return {"toolUseId": use["toolUseId"], "status": "success", "content": [{"text": "x" * size}]}
 
 
@@ -77,15 +90,16 @@ class FloorLoop:
     async def run(self, input: dict[str, Any]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "loop"}]}]
         calls = 0
+        request: dict[str, Any] = {"cycles": input["cycles"], "result_size": input["result_size"]}
+        delays = {k: input[k] for k in ("model_delay_s", "tool_delay_s") if input.get(k)}
+        request.update(delays)
+        model_timeout = TIMEOUT + timedelta(seconds=delays.get("model_delay_s", 0))
+        tool_timeout = TIMEOUT + timedelta(seconds=delays.get("tool_delay_s", 0))
         while True:
             response = await workflow.execute_activity(
                 MODEL_ACTIVITY,
-                {
-                    "messages": messages,
-                    "cycles": input["cycles"],
-                    "result_size": input["result_size"],
-                },
-                start_to_close_timeout=TIMEOUT,
+                {"messages": messages, **request},
+                start_to_close_timeout=model_timeout,
             )
             calls += 1
             message = response["message"]
@@ -96,7 +110,7 @@ class FloorLoop:
             results = []
             for use in uses:
                 result = await workflow.execute_activity(
-                    TOOL_ACTIVITY, use, start_to_close_timeout=TIMEOUT
+                    TOOL_ACTIVITY, use, start_to_close_timeout=tool_timeout
                 )
                 results.append({"toolResult": result})
             messages.append({"role": "user", "content": results})

@@ -8,7 +8,9 @@ is a Strands ``Model`` registered with the plugin, scripted like Keel's and the 
 ``toolUse`` of ``big_async`` (``{"size": result_size}``) per cycle until ``cycles`` tool
 cycles have run, then the text ``done``, streamed as Bedrock's Converse stream events; the
 tool returns a text of ``size`` characters, like ``tests.sample_tools.big_async``. Model
-calls and the tool have a 10 s start-to-close timeout, as the floor's activities.
+calls and the tool have a 10 s start-to-close timeout, as the floor's activities; the input's
+``model_delay_s`` and ``tool_delay_s`` (default 0) make them sleep that long first, their
+timeouts longer by as much.
 
 The agent keeps the whole conversation (``NullConversationManager``), as Keel and the floor
 do; Strands' default (a sliding window of 40 messages) would show the model only the last 20
@@ -51,12 +53,15 @@ USAGE = {"inputTokens": 10, "outputTokens": 10, "totalTokens": 20}
 
 
 @activity.defn(name="big_async")
-async def big_async(size: int) -> str:
+async def big_async(size: int, delay_s: float = 0.0) -> str:
     """Return a string of the given size.
 
     Args:
         size: how many characters to return.
+        delay_s: sleep this long first (``tests.benchmarks.actions``'s slow tools).
     """
+    if delay_s:
+        await asyncio.sleep(delay_s)
     return "x" * size
 
 
@@ -79,11 +84,16 @@ class ScriptedModel(Model):
         self, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
     ) -> AsyncIterator[dict[str, Any]]:
         state = kwargs.get("invocation_state") or {}
+        if state.get("model_delay_s"):
+            await asyncio.sleep(float(state["model_delay_s"]))
         index = sum(1 for m in messages if m["role"] == "assistant")
         yield {"messageStart": {"role": "assistant"}}
         if index < int(state["cycles"]):
             start = {"toolUse": {"toolUseId": f"c{index}", "name": big_async.__name__}}
-            arguments = json.dumps({"size": int(state["result_size"])})
+            inputs: dict[str, Any] = {"size": int(state["result_size"])}
+            if state.get("tool_delay_s"):
+                inputs["delay_s"] = float(state["tool_delay_s"])
+            arguments = json.dumps(inputs)
             yield {"contentBlockStart": {"start": start}}
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": arguments}}}}
             yield {"contentBlockStop": {}}
@@ -105,14 +115,16 @@ class StrandsLoop:
 
     @workflow.run
     async def run(self, input: dict[str, Any]) -> str:
+        delays = {k: input[k] for k in ("model_delay_s", "tool_delay_s") if input.get(k)}
+        tool_timeout = TIMEOUT + timedelta(seconds=delays.get("tool_delay_s", 0))
         agent = TemporalAgent(
             model=MODEL,
-            start_to_close_timeout=TIMEOUT,
-            tools=[activity_as_tool(big_async, start_to_close_timeout=TIMEOUT)],
+            start_to_close_timeout=TIMEOUT + timedelta(seconds=delays.get("model_delay_s", 0)),
+            tools=[activity_as_tool(big_async, start_to_close_timeout=tool_timeout)],
             conversation_manager=NullConversationManager(),
             callback_handler=None,
         )
-        state = {"cycles": input["cycles"], "result_size": input["result_size"]}
+        state = {"cycles": input["cycles"], "result_size": input["result_size"], **delays}
         result = await agent.invoke_async("loop", invocation_state=state)
         self._done = True
         if input.get("hold"):
