@@ -58,9 +58,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# At most this long between heartbeats; with Keel's 2 s heartbeat timeout a running call
-# beats every 0.67 s (``keel.workflows.activity_options.heartbeat_every_s``).
-HEARTBEAT_EVERY_S = 1.0
+# A running call beats three times per heartbeat timeout (every 0.67 s at Keel's 2 s default,
+# ``keel.workflows.activity_options.heartbeat_every_s``), and at most this long apart. It was
+# 1 s (fresh heartbeat snapshots for readers that cannot reach the stream endpoint), which
+# kept a session that chose a longer timeout to save Actions at 9 heartbeats per 10 s call.
+HEARTBEAT_EVERY_S = 10.0
 # Heartbeat details carry the tail of the text streamed so far, for watchers (`keel watch`)
 # that cannot reach the worker's stream endpoint, and the endpoint's address and token: they
 # live in the activity's pending state on the server, never in workflow history.

@@ -182,3 +182,16 @@ async def test_cancelling_the_activity_cancels_an_async_provider() -> None:
     with pytest.raises((asyncio.CancelledError, CancelledError)):
         await asyncio.wait_for(call, 2)
     assert SEEN.get("cancelled") is True
+
+
+def test_a_longer_heartbeat_timeout_means_fewer_heartbeats() -> None:
+    """Three beats per timeout: 0.67 s at the 2 s default, 10 s at 30 s (it was 1 s at most)."""
+    from datetime import timedelta
+
+    from keel.workflows.activity_options import HEARTBEAT_TIMEOUT, heartbeat_every_s
+
+    every = model_call.HEARTBEAT_EVERY_S
+    assert heartbeat_every_s(HEARTBEAT_TIMEOUT, every) == pytest.approx(2 / 3)
+    assert heartbeat_every_s(timedelta(seconds=9), every) == pytest.approx(3.0)
+    assert heartbeat_every_s(timedelta(seconds=30), every) == pytest.approx(10.0)
+    assert heartbeat_every_s(timedelta(seconds=600), every) == pytest.approx(10.0)

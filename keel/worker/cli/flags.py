@@ -174,6 +174,13 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         help="how long a model that does not answer is retried before the turn fails (default 600)",
     )
     cmd.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a model call or tool may go unheard from before it is run again "
+        "elsewhere (default 2; longer heartbeats less: fewer Temporal Cloud Actions)",
+    )
+    cmd.add_argument(
         "--price",
         metavar="IN:OUT",
         help="the model's price in US dollars per million input and output tokens, e.g. "

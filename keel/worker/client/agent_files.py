@@ -4,7 +4,7 @@
 
     model, system, tools, require_approval, approvers, approval_timeout_s, max_cycles,
     turn_token_budget, token_budget, turn_cost_budget, cost_budget, on_budget (ask | fail),
-    price, model_retry_s, context_messages, output_schema, notify,
+    price, model_retry_s, heartbeat_timeout_s, context_messages, output_schema, notify,
     judge, judge_model, [judge_criteria.TOOL], sub_agent_judge_may_approve,
     effects (tool name -> read | idempotent | write),
     escalate (a list of {after_s = SECONDS, approvers = [ID, ...]}),
@@ -77,6 +77,7 @@ class _AgentTable(BaseModel):
     on_budget: Literal["ask", "fail"] | None = None
     price: ModelPrice | None = None
     model_retry_s: float | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: float | None = Field(default=None, ge=0.5, le=600)
     context_messages: int | None = Field(default=None, ge=2)
     output_schema: dict[str, Any] | str | None = None
     notify: list[str] | None = None
@@ -206,6 +207,7 @@ class _Reader:
             "on_budget": table.on_budget,
             "price": table.price,
             "model_retry_s": table.model_retry_s,
+            "heartbeat_timeout_s": table.heartbeat_timeout_s,
             "context_messages": table.context_messages,
             "notify": table.notify or [],
             "judge": table.judge,

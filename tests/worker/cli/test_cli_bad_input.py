@@ -84,14 +84,13 @@ async def test_bad_input_exits_2_naming_it_and_starts_no_session(
         (big_prompt, "the prompt: prompt is 1,200,0"),
         (["--output-schema", "schema-binary.json", "hi"], "--output-schema schema-binary.json"),
         (["--agent", "agent.toml", "hi"], "agent.toml: not UTF-8 text (byte b'\\xe9' at offset"),
+        (["--heartbeat-timeout", "0.1", "hi"], "--heartbeat-timeout"),
     ]
     sessions = [f"bad-{uuid.uuid4().hex[:8]}" for _ in cases]
 
     def run(i: int) -> subprocess.CompletedProcess[str]:
         args, _ = cases[i]
-        return keel(
-            "run", "--session", sessions[i], *model, *args, env=server_env, cwd=tmp_path
-        )
+        return keel("run", "--session", sessions[i], *model, *args, env=server_env, cwd=tmp_path)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(run, range(len(cases))))

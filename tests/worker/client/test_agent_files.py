@@ -264,9 +264,18 @@ def test_a_judge_and_its_criteria_from_the_file(tmp_path: Path) -> None:
             tmp_path,
             'model = "scripted:x"\njudge = "tests.judges:by_criteria"\n'
             "[judge_criteria.write_file]\n"
-            'approve_when = [\'path startswith "docs/"\']\nmin_confidence = 0.9\n',
+            "approve_when = ['path startswith \"docs/\"']\nmin_confidence = 0.9\n",
         )
     )
     assert agent.config.judge == "tests.judges:by_criteria"
     criteria = agent.config.judge_criteria["write_file"]
     assert criteria.approve_when == ['path startswith "docs/"'] and criteria.min_confidence == 0.9
+
+
+def test_heartbeat_timeout_from_the_file_its_default_and_its_range(tmp_path: Path) -> None:
+    cheap = load_agent_file(write(tmp_path, 'model = "scripted:x"\nheartbeat_timeout_s = 30\n'))
+    assert cheap.config.heartbeat_timeout_s == 30
+    plain = load_agent_file(write(tmp_path, 'model = "scripted:x"\n'))
+    assert plain.config.heartbeat_timeout_s is None  # Keel's default, 2 s
+    with pytest.raises(AgentFileError, match="heartbeat_timeout_s"):
+        load_agent_file(write(tmp_path, 'model = "scripted:x"\nheartbeat_timeout_s = 0.1\n'))
