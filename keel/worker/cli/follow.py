@@ -374,4 +374,5 @@ class Follower:
         """Wait (briefly) until the text of the call being printed has ended."""
         if self._streaming is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stream_ended.wait(), TEXT_END_WAIT_S)
+                async with asyncio.timeout(TEXT_END_WAIT_S):
+                    await self._stream_ended.wait()

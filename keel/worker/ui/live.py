@@ -139,8 +139,9 @@ async def _follow(ui: UiContext, session: str, visit: Visit) -> AsyncGenerator[s
     ]
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(out.get(), KEEPALIVE_S)
+            try:  # asyncio.timeout: wait_for can drop a cancel on Python 3.11 (stop_task)
+                async with asyncio.timeout(KEEPALIVE_S):
+                    item = await out.get()
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
