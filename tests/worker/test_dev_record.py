@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,31 @@ async def test_a_database_keel_did_not_make_here_is_refused_until_adopted(tmp_pa
     async with DevServer(copy, ui=False, state_home=state):
         pass
     assert not (copy / "database.json").exists()  # the record is not in the folder
+
+
+def test_a_file_closed_while_its_descriptors_are_read_does_not_hide_the_listener(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A busy server closes files between the listing of its descriptors and their reading.
+
+    Seen in full runs under load: one vanished descriptor made a live server's record read
+    as "does not listen", and the record was ignored.
+    """
+    import socket
+
+    from keel.worker.server import dev_record
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert dev_record._listens(os.getpid(), port)
+        real = os.readlink
+
+        def closing(path: Any) -> str:
+            if str(path).endswith("/fd/0"):
+                raise FileNotFoundError(path)  # closed since the listing
+            return real(path)
+
+        monkeypatch.setattr(dev_record.os, "readlink", closing)
+        assert dev_record._listens(os.getpid(), port)

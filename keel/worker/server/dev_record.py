@@ -13,6 +13,7 @@ quietly.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
@@ -243,11 +244,15 @@ def _flag(argv: list[str], name: str) -> str | None:
 def _listens(pid: int, port: int) -> bool:
     """Whether process ``pid`` holds a socket listening on ``port`` of a loopback address."""
     try:
-        links = [
-            os.readlink(_PROC / str(pid) / "fd" / fd) for fd in os.listdir(_PROC / str(pid) / "fd")
-        ]
+        fds = os.listdir(_PROC / str(pid) / "fd")
     except OSError:
         return False
+    links = []
+    for fd in fds:
+        # a busy server opens and closes files all the time: one closed since the listing
+        # is not its listening socket (reading it as "does not listen" ignored live servers)
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(_PROC / str(pid) / "fd" / fd))
     inodes = {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
     for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         try:
