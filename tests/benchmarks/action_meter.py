@@ -24,11 +24,8 @@ import asyncio
 import re
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
-from keel.worker.server.devserver import DevServer
-from tests.benchmarks.server import bench_server
-from tests.helpers.temporal import free_port
+from tests.benchmarks.heartbeats import MetricsServer
 
 # The dev server's metrics reach the endpoint about once a second (measured: a counter
 # changed 0.6 s after the work, then stayed); two equal readings this far apart mean the
@@ -97,27 +94,13 @@ class ActionMeter:
         return last
 
 
-class ActionServer(DevServer):
+class ActionServer(MetricsServer):
     """A fresh in-memory dev server, headless and quiet, with its metrics on a free port.
 
-    It has the ``KeelStatus`` search attribute (as ``keel dev``), which the benchmark reads
+    It is the heartbeat benchmark's ``MetricsServer``, read by action type. It has the
+    ``KeelStatus`` search attribute (as ``keel dev``), which the benchmark reads
     (``DescribeWorkflowExecution``: no Action) to see a turn end without querying it.
     """
-
-    def __init__(self, data_dir: Path) -> None:
-        """In memory, as ``bench_server("memory", ...)``; metrics on a free port."""
-        plain = bench_server("memory", data_dir, ())
-        super().__init__(
-            data_dir,
-            ui=False,
-            log_level=plain.log_level,
-            startup_timeout_s=plain.startup_timeout_s,
-            in_memory=True,
-        )
-        self.metrics_port = free_port()
-
-    def _command(self, cli: str) -> list[str]:
-        return [*super()._command(cli), "--metrics-port", str(self.metrics_port)]
 
     def meter(self) -> ActionMeter:
         """A meter of this server's ``default`` namespace."""

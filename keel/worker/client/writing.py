@@ -223,10 +223,8 @@ class SessionWriter(SessionReader):
                 if record.status in (ENDED if through_interrupts else SETTLED):
                     return record
                 left = None if deadline is None else deadline - loop.time()
-                if left is not None and (left <= 0 or not await watch.wait(left)):
+                if not await watch.wait(left):  # False once ``left`` has passed (or was gone)
                     raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
-                if left is None:
-                    await watch.wait()
 
     async def run(
         self,
