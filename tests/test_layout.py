@@ -195,6 +195,10 @@ def test_each_file_has_one_path_and_one_module_name() -> None:
     ).stdout.split()
     checked = [Path(f).resolve() for f in shown if f.endswith(".py")]
     assert checked and len(checked) == len(set(checked)), "ruff reads a file twice"
+    # and every file once: a pattern that drops the links must not drop keel/worker with them
+    every = {f.resolve() for top in (KEEL, ROOT / "tests") for f in top.rglob("*.py")}
+    unchecked = sorted(str(f.relative_to(ROOT)) for f in every - set(checked))
+    assert unchecked == [], f"ruff does not read {len(unchecked)} files: {unchecked[:5]}"
     through_links = [
         f
         for f in shown

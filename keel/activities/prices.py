@@ -49,6 +49,7 @@ class PriceTable:
         )
 
     def __len__(self) -> int:
+        """How many prices: exact model names and patterns."""
         return len(self.exact) + len(self.patterns)
 
     def price(self, spec: str) -> ModelPrice | None:

@@ -170,7 +170,6 @@ async def reconciled(
         Exception: reconcile raised, or the input does not fit the tool (a person decides).
     """
     assert entry.reconcile is not None
-    use = request.tool_use
     ctx, kwargs = call_of(entry, request, attempts)
     call = functools.partial(entry.reconcile, *((ctx,) if entry.takes_context else ()), **kwargs)
     if asyncio.iscoroutinefunction(entry.reconcile):

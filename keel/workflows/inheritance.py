@@ -40,12 +40,12 @@ from keel.workflows.approvals import signer_fingerprint
 from keel.workflows.boundary import InputRejected
 from keel.workflows.contracts import Effect, JudgeCriteria, SessionConfig, StandingApproval
 from keel.workflows.effect_tables import EffectTableError, narrowed
-from keel.workflows.standing_bounds import bounded
 from keel.workflows.escalation_contracts import (
     EscalationStep,
     escalation_approvers,
     escalation_problem,
 )
+from keel.workflows.standing_bounds import bounded
 
 
 def child_config(parent: SessionConfig, child: SessionConfig, name: str) -> SessionConfig:
@@ -221,8 +221,10 @@ def _keys(
     name: str,
     escalating: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The child's approver keys: its parent's, of ``approvers`` (all when empty) and of its
-    ``escalating`` approvers, narrowed to the names the child's own keys give."""
+    """The child's approver keys, narrowed to the names the child's own keys give.
+
+    Its parent's keys of ``approvers`` (all when empty) and of its ``escalating`` approvers.
+    """
     if not parent.approver_keys:
         return dict(child.approver_keys)
     for who, key in child.approver_keys.items():

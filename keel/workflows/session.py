@@ -32,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
         heartbeat_timeout,
         model_schedule_to_close,
     )
+    from keel.workflows.budget_contracts import BudgetAck, BudgetInput
+    from keel.workflows.budgets import SessionBudgets, asks, grant, reached_cap
     from keel.workflows.contracts import (
         OUTPUT_REMINDERS,
         Answer,
@@ -57,8 +59,6 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TurnRecord,
     )
-    from keel.workflows.budget_contracts import BudgetAck, BudgetInput
-    from keel.workflows.budgets import SessionBudgets, asks, grant, reached_cap
     from keel.workflows.current_details import current_details
     from keel.workflows.cycle import (
         COMPLETING_STOP_REASONS,

@@ -209,8 +209,8 @@ def signed_value(decision: Decision) -> Any:
     tests and its bounds (``max_uses``, ``for_s``, ``total``: each only when set, so one
     without bounds signs as before them), so a signature for one call cannot be turned into
     a standing approval, nor bounds added, changed or dropped; a ``resolve`` its result, so a
-    signature for one result cannot record another; a budget's grant its ``extend``. Bounds on a decision without ``always``
-    are refused (``check_standing``), never signed away.
+    signature for one result cannot record another; a budget's grant its ``extend``. Bounds
+    on a decision without ``always`` are refused (``check_standing``), never signed away.
     """
     if decision.decision == "resolve":  # the result recorded is what was signed
         return {"decision": "resolve", "result": decision.result}

@@ -30,7 +30,7 @@ HOSTILE = [
     "it's",
     "`touch PWNED`",
     "x'; touch PWNED; echo '",
-    "$(touch PWNED)'\"$(touch PWNED)\"",
+    '$(touch PWNED)\'"$(touch PWNED)"',
     "-rf",
     "semi;touch PWNED",
     "line\ntouch PWNED",
@@ -200,9 +200,7 @@ async def test_a_new_session_id_over_200_characters_starts_nothing(
     server_env: dict[str, str], temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     session = "s" * (MAX_NEW_SESSION_ID + 1)
-    done = keel(
-        "run", "--session", session, "--model", "scripted:x.json", "hi", env=server_env
-    )
+    done = keel("run", "--session", session, "--model", "scripted:x.json", "hi", env=server_env)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("keel: --session: the session id is 201 characters long"), line

@@ -39,9 +39,7 @@ async def cmd_close(args: argparse.Namespace, settings: Settings) -> int:
     try:
         async with acting(settings, args, writes=True) as access:
             await access.keel.close(args.session, reason, now=True)
-            handle = access.keel.client.get_workflow_handle(
-                args.session, result_type=SessionResult
-            )
+            handle = access.keel.client.get_workflow_handle(args.session, result_type=SessionResult)
             try:
                 result = await asyncio.wait_for(handle.result(), args.timeout)
             except TimeoutError:

@@ -52,9 +52,12 @@ def interrupt_json(interrupt: Interrupt) -> dict[str, Any]:
 
 
 def escalation_json(interrupt: Interrupt) -> dict[str, Any]:
-    """An interrupt's escalation, on a session with escalation steps: who may decide now
-    (``may_decide``; empty: anyone but those of steps to come), who the steps that came
-    added, and the next step (``{"at": ISO time, "approvers": [...]}`` or None)."""
+    """An interrupt's escalation, on a session with escalation steps.
+
+    Who may decide now (``may_decide``; empty: anyone but those of steps to come), who the
+    steps that came added, and the next step (``{"at": ISO time, "approvers": [...]}`` or
+    None).
+    """
     if interrupt.opened_at is None:
         return {}
     coming = None
@@ -349,9 +352,12 @@ def print_sessions(sessions: Sequence[SessionSummary], task_queue: str) -> None:
 
 
 def _cost_cell(cost_usd: float | None, unknown: bool, missing: str) -> str:
-    """A session's cost in the table: ``$0.0042``; ``>=$0.0042`` when some calls' cost is
-    unknown; ``?`` when none is known; ``missing`` when not known at all (``?`` for a
-    running session that did not answer, ``-`` for one that is not running)."""
+    """A session's cost in the table.
+
+    ``$0.0042``; ``>=$0.0042`` when some calls' cost is unknown; ``?`` when none is known;
+    ``missing`` when not known at all (``?`` for a running session that did not answer,
+    ``-`` for one that is not running).
+    """
     from keel.workflows.cost import dollars
 
     if cost_usd is None:

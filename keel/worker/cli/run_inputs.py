@@ -33,8 +33,8 @@ from keel.workflows.contracts import Effect, SessionConfig
 from keel.workflows.effect_tables import EffectTableError, effect_table
 from keel.workflows.escalation_contracts import EscalationStep, escalation_problem
 from keel.workflows.ledger import SessionInput
-from keel.workflows.messages import Message, text_block
 from keel.workflows.limits import MAX_START_BYTES
+from keel.workflows.messages import Message, text_block
 from keel.workflows.signing import BadSignature, public_key_bytes
 
 

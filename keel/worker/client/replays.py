@@ -20,19 +20,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from keel.worker.client.errors import RequestRejected
 from keel.worker.client.recording import RecordedTurn, recorded_turns
-from keel.worker.client.status_attribute import start_attributes
-from keel.worker.client.writing import SessionWriter, check_config, versioning_override
+from keel.worker.client.writing import SessionWriter, check_config
 from keel.workflows.contracts import SessionConfig
 from keel.workflows.ledger import SessionInput
 from keel.workflows.limits import MAX_START_BYTES
 from keel.workflows.messages import Message, TokenUsage, ToolUse, tool_uses
 from keel.workflows.replay_contracts import REPLAY_DIVERGED, Divergence, ReplayPlan
-from keel.workflows.session import AgentSession
 
 CASE_FORMAT: Literal[1] = 1
 

@@ -225,8 +225,8 @@ class KeelPlugin(SimplePlugin):
         Raises:
             ToolModuleError: a tool module cannot be imported.
             ConfigError: an encryption key, ``KEEL_JUDGE_TIMEOUT_S``, ``KEEL_PRICES`` or the
-                stream endpoint's address is malformed; a deployment without a build id (or the reverse), or
-                either not a name Temporal takes.
+                stream endpoint's address is malformed; a deployment without a build id (or
+                the reverse), or either not a name Temporal takes.
             McpConfigError: two MCP servers have the same name.
         """
         if self._assembly is not None:

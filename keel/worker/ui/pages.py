@@ -26,8 +26,8 @@ from keel.worker.ui.views import (
     session_rows,
     session_view,
 )
-from keel.workflows.effect_contracts import EffectRecord
 from keel.workflows.contracts import SessionState
+from keel.workflows.effect_contracts import EffectRecord
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

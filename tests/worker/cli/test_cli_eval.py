@@ -17,7 +17,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from keel.worker.cli.eval_cases import case_sources, read_case
 from keel.worker.cli.run_inputs import UsageError
-
 from tests.helpers.cli import keel, keel_env
 from tests.helpers.recordings import lines, one_line, recorded_responses, replaying
 

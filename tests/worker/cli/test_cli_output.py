@@ -55,7 +55,7 @@ def test_output_to_a_closed_pipe_ends_quietly(
     # as a person types it: the pipeline ends, no traceback, exit 0 or 141
     keel_cmd = f"{sys.executable} -m keel.worker.cli"
     done = subprocess.run(
-        ["bash", "-c", f"{keel_cmd} show {session} | head -1; echo \"${{PIPESTATUS[0]}}\" >&2"],
+        ["bash", "-c", f'{keel_cmd} show {session} | head -1; echo "${{PIPESTATUS[0]}}" >&2'],
         env=server_env,
         cwd=ROOT,
         capture_output=True,

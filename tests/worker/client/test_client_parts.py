@@ -63,13 +63,12 @@ def test_the_public_methods_are_the_documented_ones() -> None:
     """The names users call (docs/python-api.md), every one still there, none added."""
     public = {n for n in dir(KeelClient) if not n.startswith("_")}
     assert public == {
-        "budget", "cancel", "check_open", "check_worker", "client_calls", "close", "config", "decide",
-        "effects", "ended", "event_count", "events", "exists", "export_case", "fork", "handle",
-        "list_sessions", "model_stream",
-        "model_text", "pending", "policy", "prompt", "replay", "resolve", "respond", "revoke", "run",
-        "serve_tools",
-        "session_task_queue", "snapshots", "start", "state", "status", "steer",
-        "streamed_text", "task_failure", "tool_result", "turn", "wait_turn",
+        "budget", "cancel", "check_open", "check_worker", "client_calls", "close", "config",
+        "decide", "effects", "ended", "event_count", "events", "exists", "export_case", "fork",
+        "handle", "list_sessions", "model_stream", "model_text", "pending", "policy", "prompt",
+        "replay", "resolve", "respond", "revoke", "run", "serve_tools", "session_task_queue",
+        "snapshots", "start", "state", "status", "steer", "streamed_text", "task_failure",
+        "tool_result", "turn", "wait_turn",
     }  # fmt: skip
     assert inspect.signature(KeelClient) == inspect.signature(SessionCaller)
     assert list(inspect.signature(KeelClient).parameters) == [
