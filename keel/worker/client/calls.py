@@ -40,9 +40,11 @@ from keel.worker.client.errors import (
     Pollers,
     RequestRejected,
     SessionClosed,
+    SessionNeverRan,
     SessionNotFound,
     WorkerWait,
 )
+from keel.worker.client.never_ran import unstarted_input
 from keel.workflows.limits import InputRejected, check_input
 from keel.workflows.session import AgentSession
 
@@ -298,6 +300,7 @@ class SessionCaller:
             NoWorker: no worker answered the query.
             SessionNotFound: no such session.
             SessionClosed: the session has ended (an update, or the query of a closed run).
+            SessionNeverRan: a query of a session Temporal ended before any worker ran it.
             RequestRejected: the session refused the update.
         """
         notices = asyncio.create_task(self._notices(session_id)) if self.on_waiting else None
@@ -308,6 +311,9 @@ class SessionCaller:
                 except RPCError as err:
                     if not query or _cancelling():
                         raise
+                    start = await unstarted_input(self.client, session_id, err)
+                    if start is not None:  # no worker can ever answer: a reader says so
+                        raise SessionNeverRan(session_id, start) from err
                     queue = await self.session_task_queue(session_id)
                     missing = await no_worker(self.client, session_id, queue, err)
                     if missing is None:

@@ -39,7 +39,7 @@ from keel.activities.tools import (
     registered_tools,
 )
 from keel.worker.client.calls import SessionCaller, settling
-from keel.worker.client.errors import NoWorker, RequestRejected
+from keel.worker.client.errors import NoWorker, RequestRejected, SessionNeverRan
 from keel.workflows.client_tools import UnknownClientCall
 from keel.workflows.contracts import ClientCall, ClientResult, ClientResultAck
 from keel.workflows.limits import CLIENT_ERROR_BYTES, InputRejected, check_client_result
@@ -81,12 +81,15 @@ class ClientTools(SessionCaller):
 
     async def client_calls(self, session_id: str) -> list[ClientCall]:
         """The calls of client-side tools that wait for a client, oldest first."""
-        view = await self._ask(
-            session_id,
-            lambda: self.handle(session_id).query(
-                AgentSession.client_calls, rpc_timeout=self.query_timeout or QUERY_TIMEOUT
-            ),
-        )
+        try:
+            view = await self._ask(
+                session_id,
+                lambda: self.handle(session_id).query(
+                    AgentSession.client_calls, rpc_timeout=self.query_timeout or QUERY_TIMEOUT
+                ),
+            )
+        except SessionNeverRan:  # Temporal ended it before it ran: nothing waits
+            return []
         return view.calls
 
     async def tool_result(

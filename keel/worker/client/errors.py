@@ -8,6 +8,10 @@ they describe the missing worker that ``NoWorker`` and the wait notices report.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from keel.workflows.ledger import SessionInput
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,27 @@ class SessionNotFound(Exception):
 
 class SessionClosed(RequestRejected):
     """The session's workflow has ended: it takes no more prompts, decisions or guidance."""
+
+
+class SessionNeverRan(SessionClosed):
+    """Temporal ended the session's run before any worker ran it: no worker can answer it.
+
+    Its run timeout passed while no worker took it, or it was terminated first
+    (``keel.worker.client.never_ran``); the readings of ``KeelClient`` answer from ``start``.
+
+    Attributes:
+        session_id: the session.
+        start: the input the run was started with.
+    """
+
+    def __init__(self, session_id: str, start: SessionInput) -> None:
+        """Say which session never ran."""
+        self.session_id = session_id
+        self.start = start
+        super().__init__(
+            f"session {session_id!r} ended in Temporal before any worker ran it: no worker "
+            "can answer it"
+        )
 
 
 class NoWorker(Exception):

@@ -25,8 +25,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.activities.store import StoreError
 from keel.worker.client.calls import SessionCaller
 from keel.worker.client.effects_listing import effect_records
-from keel.worker.client.errors import SessionNotFound
+from keel.worker.client.errors import SessionNeverRan, SessionNotFound
 from keel.worker.client.history_watch import HistoryWatch
+from keel.worker.client.never_ran import unstarted_effects, unstarted_state, unstarted_turn
 from keel.worker.client.run_status import (
     SessionEnd,
     ended_pending,
@@ -144,10 +145,23 @@ class SessionReader(SessionCaller):
         return await session_end(self.client, session_id)
 
     async def _answer_and_end(
-        self, session_id: str, send: Callable[[], Awaitable[T]]
+        self,
+        session_id: str,
+        send: Callable[[], Awaitable[T]],
+        unstarted: Callable[[SessionState, SessionEnd], T],
     ) -> tuple[T, SessionEnd | None]:
-        """A query's answer and how Temporal ended the session (``ended``), asked at once."""
-        return await asyncio.gather(self._ask(session_id, send), self.ended(session_id))
+        """A query's answer and how Temporal ended the session (``ended``), asked at once.
+
+        A session Temporal ended before any worker ran it answers no query: ``unstarted``
+        gives the answer from what it reads as (``keel.worker.client.never_ran``).
+        """
+        try:
+            return await asyncio.gather(self._ask(session_id, send), self.ended(session_id))
+        except SessionNeverRan as err:
+            end = await self.ended(session_id)
+            if end is None:  # not ended by Temporal, yet never ran: not a state to make up
+                raise
+            return unstarted(unstarted_state(session_id, err.start, end), end), end
 
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record (``cancelled`` if the session's end left it unfinished)."""
@@ -156,6 +170,7 @@ class SessionReader(SessionCaller):
             lambda: self.handle(session_id).query(
                 AgentSession.turn, turn_id, rpc_timeout=self.query_timeout
             ),
+            lambda state, end: unstarted_turn(state, turn_id, end),
         )
         return record if end is None else ended_turn(record, end)
 
@@ -172,6 +187,9 @@ class SessionReader(SessionCaller):
             session_id,
             lambda: self.handle(session_id).query(
                 AgentSession.state, query, rpc_timeout=self.query_timeout
+            ),
+            lambda state, _: (
+                state if include_messages else state.model_copy(update={"messages": []})
             ),
         )
         if end is not None:  # Temporal ended the run: its status, not the session's last word
@@ -208,12 +226,15 @@ class SessionReader(SessionCaller):
         Raises:
             StoreError: a message of an earlier run cannot be read from the store.
         """
-        view = await self._ask(
-            session_id,
-            lambda: self.handle(session_id).query(
-                AgentSession.effects, rpc_timeout=self.query_timeout
-            ),
-        )
+        try:
+            view = await self._ask(
+                session_id,
+                lambda: self.handle(session_id).query(
+                    AgentSession.effects, rpc_timeout=self.query_timeout
+                ),
+            )
+        except SessionNeverRan as err:
+            view = unstarted_effects(err.start)
         if state is None:
             state = await self.state(session_id)
         return await asyncio.to_thread(effect_records, session_id, state.messages, view, self.store)
@@ -228,6 +249,7 @@ class SessionReader(SessionCaller):
             lambda: self.handle(session_id).query(
                 AgentSession.pending, rpc_timeout=self.query_timeout
             ),
+            lambda state, _: state.pending,
         )
         return view if end is None else ended_pending(view)
 
@@ -290,6 +312,12 @@ class SessionReader(SessionCaller):
                             session_id,
                             partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
                         )
+                    except SessionNeverRan as err:
+                        end = await self.ended(session_id)
+                        if end is None:
+                            raise
+                        yield unstarted_state(session_id, err.start, end)  # its only state
+                        return
                     except (RPCError, WorkflowQueryFailedError) as err:
                         if not failing:
                             logger.warning(

@@ -189,6 +189,7 @@ def test_every_suggested_command_works_as_printed(tmp_path: Path) -> None:
     assert cancelled.returncode == 1, cancelled.stderr
     assert f"turn 4 of session {session} cancelled" in cancelled.stderr
     shown = keel("show", session, "--json", env=env, cwd=folder)
+    assert shown.returncode == 0, shown.stderr
     assert [t["status"] for t in json.loads(shown.stdout)["turns"]] == [
         "completed",
         "completed",

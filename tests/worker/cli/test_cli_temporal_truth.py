@@ -234,11 +234,54 @@ def test_a_run_timeout_reads_timed_out(
     )  # fmt: skip
     until_status(env, session, "WORKFLOW_EXECUTION_STATUS_TIMED_OUT")
     said = "the session timed out in Temporal (its run timeout)"
-    shown = json.loads(keel("show", session, "--json", env=env).stdout)
-    assert shown["status"] == "timed_out"
+    out = keel("show", session, "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] == "timed_out"
     assert keel("pending", session, env=env).stdout.strip().endswith(said)
     wait = keel("wait", session, env=env)
     assert wait.returncode == EXIT_ENDED and said in wait.stderr
+
+
+def test_a_session_ended_before_any_worker_ran_it_reads_as_its_start(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Terminated before its first workflow task (here: a start delay), a session has no
+    history a worker could replay, and Temporal refuses its queries; every reading command
+    still answers, from the start input: its prompt's turn cancelled, nothing to decide.
+    """
+    from tests.helpers.scripts import SAMPLE_TOOLS
+
+    env = server_env
+    session = f"truth-{uuid.uuid4().hex[:8]}"
+    model = approval_script(tmp_path, tmp_path / "out.txt")
+    start = {"config": {"model": model, "tool_modules": [SAMPLE_TOOLS]}, "prompt": "go"}
+    temporal(
+        env, "workflow", "start", "--type", "AgentSession", "--task-queue",
+        env["KEEL_TASK_QUEUE"], "--workflow-id", session, "--start-delay", "1h",
+        "--input", json.dumps(start),
+    )  # fmt: skip
+    temporal(env, "workflow", "terminate", "--workflow-id", session, "--reason", "too late")
+    said = "the session was terminated in Temporal: too late"
+
+    shown = keel("show", session, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    as_json = json.loads(shown.stdout)
+    assert as_json["status"] == "terminated" and as_json["messages"] == []
+    assert [(t["turn"], t["status"], t["stop_reason"]) for t in as_json["turns"]] == [
+        (1, "cancelled", "session_terminated")
+    ]
+    show = keel("show", session, env=env)
+    assert show.returncode == 0 and "[turn 1 cancelled: 0 model calls" in show.stdout, show
+    pending = keel("pending", session, env=env)
+    assert pending.returncode == 0, pending.stderr
+    assert pending.stdout.strip() == f"no pending interrupts in session {session}: {said}"
+    wait = keel("wait", session, "--json", env=env)
+    assert wait.returncode == EXIT_ENDED, wait.stderr
+    assert json.loads(wait.stdout)["stop_reason"] == "session_terminated"
+    watch = keel("watch", session, "--until-idle", env=env)
+    assert watch.returncode == EXIT_ENDED, watch.stderr
+    effects = keel("effects", session, "--json", env=env)
+    assert effects.returncode == 0, effects.stderr
 
 
 def test_a_failed_start_reads_failed_with_the_field(
