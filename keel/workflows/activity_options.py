@@ -22,6 +22,8 @@ TOOL_REGISTRY_ERROR = "KeelToolRegistryError"
 STORE_ERROR = "KeelStoreError"
 NOTIFY_REFUSED = "KeelNotifyRefused"
 NOT_OUR_CHILD = "KeelNotOurChild"
+# An attempt whose worker died, given back by the worker started after it (it retries).
+WORKER_LOST = "KeelWorkerLost"
 
 # How long Temporal waits for a heartbeat of a running model call or tool run before it
 # deems the attempt lost (its worker died) and retries it on another worker. Sessions may set

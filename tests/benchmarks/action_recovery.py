@@ -7,12 +7,20 @@ tests.sample_tools``, the CLI's worker as users run it):
   ``KeelClient.prompt`` and waited for without a client polling (``KeelStatus`` read with
   ``DescribeWorkflowExecution``: no Action); its Actions by type (heartbeats are
   ``grpc_RecordActivityTaskHeartbeat``);
-- ``recovery``: another such turn; ``kill_at`` into the call the worker is killed (SIGKILL),
-  a new ``keel worker`` started at once; ``recovery_s`` is the time from the kill until the
-  call's next attempt started (its ``last_started_time`` with ``attempt`` 2 among the
+- ``recovery``: another such turn for each way a worker dies (``HANDOVERS``); ``kill_at``
+  into the call the worker is killed (SIGKILL); ``recovery_s`` is the time from the kill until
+  the call's next attempt started (its ``last_started_time`` with ``attempt`` 2 among the
   workflow's pending activities, read with ``DescribeWorkflowExecution``), ``done_s`` until the
   turn has ended (the second attempt runs the whole call again), and ``worker_start_s`` until
-  the new worker logged that it polls.
+  a worker started after the kill logged that it polls:
+
+  - ``restart``: a new ``keel worker`` is started at once where the dead one ran (same
+    state directory): it gives the dead worker's attempt back as it starts
+    (``keel.worker.process.inflight``);
+  - ``beside``: another worker already runs on the same machine: it finds the dead worker's
+    journal within a second;
+  - ``elsewhere``: the new worker runs on another machine (another state directory, started
+    at once): only the heartbeat timeout tells Temporal.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import PendingActivityState
 
-from keel import KeelClient
+from keel import KeelClient, SessionConfig
 from tests.benchmarks.action_meter import ActionMeter, Actions
 from tests.benchmarks.action_sides import Delays, keel_script, until_settled
 from tests.helpers.cli import ROOT
@@ -41,15 +49,26 @@ ACTIVITY_START = "command_ScheduleActivityTask"
 POLL_S = 0.05
 
 
+HANDOVERS = ("restart", "beside", "elsewhere")
+
+
+@dataclass
+class Recovery:
+    """How soon a killed worker's call went on, one way (``HANDOVERS``)."""
+
+    handover: str
+    recovery_s: float
+    done_s: float
+    worker_start_s: float | None
+
+
 @dataclass
 class Tradeoff:
     """One heartbeat timeout's figures."""
 
     heartbeat_timeout_s: float
     actions: Actions
-    recovery_s: float
-    done_s: float
-    worker_start_s: float | None
+    recoveries: list[Recovery]
 
 
 class WorkerProcess:
@@ -122,40 +141,61 @@ async def tradeoff(
 ) -> Tradeoff:
     """Both figures of one heartbeat timeout (see the module's docstring)."""
     delays = Delays(model_s=call_s, tool_s=0)
-    sessions: list[str] = []
+    config = keel_script(workdir, 0, delays, heartbeat_timeout_s=heartbeat_timeout_s)
     first = WorkerProcess(env)
-    second: WorkerProcess | None = None
+    session = f"act-hb-{uuid.uuid4().hex[:10]}"
     try:
-        config = keel_script(workdir, 0, delays, heartbeat_timeout_s=heartbeat_timeout_s)
-        session = f"act-hb-{uuid.uuid4().hex[:10]}"
-        sessions.append(session)
         before = await meter.settled()
         await keel.prompt(session, "go", config=config)
         await until_settled(keel.client, session, ("idle", "waiting"))
         actions = (await meter.settled()).minus(before)
+    finally:
+        with contextlib.suppress(Exception):
+            await keel.client.get_workflow_handle(session).terminate("measured")
+        first.stop()
+    recoveries = []
+    for handover in HANDOVERS:
+        recoveries.append(await _recovery(keel, env, workdir, config, kill_at, handover))
+    return Tradeoff(heartbeat_timeout_s, actions, recoveries)
 
-        session = f"act-kill-{uuid.uuid4().hex[:10]}"
-        sessions.append(session)
+
+async def _recovery(
+    keel: KeelClient,
+    env: dict[str, str],
+    workdir: Path,
+    config: SessionConfig,
+    kill_at: float,
+    handover: str,
+) -> Recovery:
+    """Kill the worker running a call ``kill_at`` into it; how soon the call went on."""
+    session = f"act-kill-{uuid.uuid4().hex[:10]}"
+    first = WorkerProcess(env)
+    others: list[WorkerProcess] = []
+    try:
         await keel.prompt(session, "go", config=config)
         started = await _attempt_started(keel, session, 1)
+        if handover == "beside":
+            others.append(WorkerProcess(env))
+            while others[0].ready_at is None:
+                await asyncio.sleep(POLL_S)
         await asyncio.sleep(max(0.0, started + kill_at - time.time()))
         killed = first.kill()
-        second = WorkerProcess(env)
+        if handover != "beside":
+            elsewhere = {"XDG_STATE_HOME": str(workdir / f"machine-{uuid.uuid4().hex[:6]}")}
+            others.append(WorkerProcess(env | elsewhere if handover == "elsewhere" else env))
         recovered = await _attempt_started(keel, session, 2)
         await until_settled(keel.client, session, ("idle", "waiting"))
         done = time.time()
-        ready = second.ready_at
-        return Tradeoff(
-            heartbeat_timeout_s=heartbeat_timeout_s,
-            actions=actions,
+        ready = others[0].ready_at if handover != "beside" else None
+        return Recovery(
+            handover=handover,
             recovery_s=recovered - killed,
             done_s=done - killed,
-            worker_start_s=None if ready is None else ready - second.started,
+            worker_start_s=None if ready is None else ready - others[0].started,
         )
     finally:
-        for session in sessions:
-            with contextlib.suppress(Exception):
-                await keel.client.get_workflow_handle(session).terminate("measured")
+        with contextlib.suppress(Exception):
+            await keel.client.get_workflow_handle(session).terminate("measured")
         first.stop()
-        if second is not None:
-            second.stop()
+        for other in others:
+            other.stop()

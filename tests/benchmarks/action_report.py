@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tests.benchmarks.action_meter import Actions
-from tests.benchmarks.action_recovery import ACTIVITY_START, HEARTBEAT, Tradeoff
+from tests.benchmarks.action_recovery import ACTIVITY_START, HANDOVERS, HEARTBEAT, Tradeoff
 from tests.benchmarks.action_sides import Delays
 
 # Short names of the action types in the markdown table.
@@ -96,10 +96,12 @@ def lines(report: Report) -> list[str]:
         out.append(f"heartbeats_per_call[{labels}] {beats:g} actions")
         out.append(f"call_actions[{labels}] {beats + starts:g} actions")
         out.append(f"turn_actions[{labels}] {t.actions.total:g} actions")
-        out.append(f"recovery_s[{labels}] {t.recovery_s:.2f} s")
-        out.append(f"turn_done_after_kill_s[{labels}] {t.done_s:.2f} s")
-        if t.worker_start_s is not None:
-            out.append(f"new_worker_start_s[{labels}] {t.worker_start_s:.2f} s")
+        for r in t.recoveries:
+            each = f"{labels},handover={r.handover}"
+            out.append(f"recovery_s[{each}] {r.recovery_s:.2f} s")
+            out.append(f"turn_done_after_kill_s[{each}] {r.done_s:.2f} s")
+            if r.worker_start_s is not None:
+                out.append(f"new_worker_start_s[{each}] {r.worker_start_s:.2f} s")
     return out
 
 
@@ -149,15 +151,27 @@ def markdown(report: Report) -> str:
             "",
             f"## Heartbeat timeout: Actions of a {report.call_s:g} s model call against recovery",
             "",
-            "| heartbeat timeout | heartbeats | call's Actions | kill -> next attempt | "
-            "kill -> turn done | new worker up |",
-            "|---:|---:|---:|---:|---:|---:|",
+            "kill -> next attempt (kill -> turn done): `restart` a new worker where the dead one"
+            " ran, `beside` a worker already running on its machine, `elsewhere` a new worker on"
+            " another machine (only the heartbeat timeout tells Temporal)",
+            "",
+            "| heartbeat timeout | heartbeats | call's Actions | restart | beside | elsewhere | "
+            "new worker up |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for t in report.tradeoffs:
             beats, starts = t.actions.get(HEARTBEAT, 0), t.actions.get(ACTIVITY_START, 0)
-            up = "" if t.worker_start_s is None else f"{t.worker_start_s:.1f} s"
+            ways = {r.handover: r for r in t.recoveries}
+            cells = " | ".join(
+                f"{ways[h].recovery_s:.1f} s ({ways[h].done_s:.1f} s)" if h in ways else ""
+                for h in HANDOVERS
+            )
+            up = ways.get("restart")
+            started = (
+                "" if up is None or up.worker_start_s is None else f"{up.worker_start_s:.1f} s"
+            )
             out.append(
-                f"| {t.heartbeat_timeout_s:g} s | {beats:g} | {beats + starts:g} | "
-                f"{t.recovery_s:.1f} s | {t.done_s:.1f} s | {up} |"
+                f"| {t.heartbeat_timeout_s:g} s | {beats:g} | {beats + starts:g} | {cells} | "
+                f"{started} |"
             )
     return "\n".join(out) + "\n"

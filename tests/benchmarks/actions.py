@@ -259,9 +259,10 @@ class Bench:
             )
             self.report.tradeoffs.append(found)
             if self.args.progress:
+                ways = ", ".join(f"{r.handover} {r.recovery_s:.1f} s" for r in found.recoveries)
                 print(
                     f"# heartbeat timeout {timeout:g} s: {found.actions.total:g} actions, "
-                    f"recovery {found.recovery_s:.1f} s",
+                    f"recovery {ways}",
                     flush=True,
                 )
 

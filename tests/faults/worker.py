@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from keel import KeelPlugin, Settings, connect, open_store
 from keel.worker.process.assembly import build_worker
+from keel.worker.process.inflight import reclaiming
 from keel.worker.settings import WorkerSettings
 
 
@@ -68,7 +69,9 @@ async def main() -> None:
         await _wait_at(args.gate, stop)
     if stop.is_set():
         return
-    async with plugin.serving(), worker:  # the stream endpoint, as the plugin's run gives it
+    assert settings.state_home is not None
+    # as KeelPlugin.run_worker does: what dead workers left running goes back first
+    async with reclaiming(client, settings.state_home), plugin.serving(), worker:
         await stop.wait()
 
 

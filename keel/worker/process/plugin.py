@@ -71,6 +71,7 @@ from keel.activities.sub_agents import child_report, forward
 from keel.activities.tool_run import ToolActivities
 from keel.activities.tools import load_tool_modules
 from keel.worker.payloads import data_converter
+from keel.worker.process.inflight import InflightInterceptor, reclaiming
 from keel.worker.process.interceptors import KeelInterceptor
 from keel.worker.process.sandbox import sandbox_runner
 from keel.worker.process.stream_server import StreamConfig, hold_endpoint, release_endpoint
@@ -264,7 +265,10 @@ class KeelPlugin(SimplePlugin):
                 forward,
                 JudgeActivities(settings.environ, loaded, judge_timeout_s).decide,
             ],
-            interceptors=_interceptors(self._tracer_provider),
+            interceptors=[
+                *_interceptors(self._tracer_provider),
+                *([InflightInterceptor(settings.state_home)] if settings.state_home else []),
+            ],
             mcp=mcp,
             mcp_owned=owned,
         )
@@ -334,10 +338,17 @@ class KeelPlugin(SimplePlugin):
         """Run the worker in ``serving``, between its MCP servers' start and close if owned.
 
         A versioned worker also says, once Temporal lists its version, whether the version
-        is current, making it so when it is its deployment's first.
+        is current, making it so when it is its deployment's first. Before it polls, and
+        now and then while it runs, it gives back to Temporal the activity attempts that dead
+        workers of this machine left running (``keel.worker.process.inflight``).
         """
         assembly = self.assembly()
-        async with self.serving(), telling_version(worker):
+        state_home = self.settings.state_home
+        async with contextlib.AsyncExitStack() as stack:
+            if state_home is not None:
+                await stack.enter_async_context(reclaiming(worker.client, state_home))
+            await stack.enter_async_context(self.serving())
+            await stack.enter_async_context(telling_version(worker))
             if assembly.mcp is None or not assembly.mcp_owned:
                 await next(worker)
                 return

@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from keel.worker.process.pids import alive
 from keel.worker.server.records import (
     ignore_old,
     read_private,
@@ -175,23 +176,6 @@ def serves_pid(pid: int, home: str | os.PathLike[str]) -> bool:
     if not (_PROC / "self").is_dir():
         return True
     return _uid(pid) == os.getuid() and serves(_cmdline(pid), home)
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this pid exists (zombies count as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, ValueError):
-        return False
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _is_loopback(host: str) -> bool:

@@ -31,8 +31,9 @@ import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 
 from keel.worker.client.status_attribute import register_status_attribute
+from keel.worker.process.pids import alive
 from keel.worker.server.database_record import check_database, remember_database
-from keel.worker.server.dev_record import alive, record_path, serves_pid
+from keel.worker.server.dev_record import record_path, serves_pid
 from keel.worker.server.records import read_private, remove, write_private
 from keel.workflows.status_attribute import KEEL_STATUS, KEEL_STATUS_TYPE
 

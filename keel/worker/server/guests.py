@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from keel.worker.process.configured import TemporalUnreachable
-from keel.worker.server.dev_record import alive
+from keel.worker.process.pids import alive
 from keel.worker.server.devserver import DevServerError
 from keel.worker.server.records import read_private, records_dir, remove, write_private
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from keel.worker.server.dev_record import alive, record_path
+from keel.worker.process.pids import alive
+from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
 from keel.worker.server.records import write_private
 from tests.helpers.cli import keel, keel_env
