@@ -185,6 +185,31 @@ async def until_pollers(client: Client, task_queue: str, count: int) -> None:
     raise AssertionError(f"fewer than {count} workers poll {task_queue}")
 
 
+async def test_a_call_cut_off_by_a_graceful_stop_goes_on_at_once_elsewhere(
+    client: Client,
+    env: dict[str, str],
+    workers: list[subprocess.Popen[str]],
+    tmp_path: Path,
+) -> None:
+    """SIGTERM: once the shutdown grace runs out, temporalio fails the running call as
+    ``WorkerShutdown``, which Temporal retries at once: no journal, no heartbeat timeout."""
+    from keel import KeelClient
+
+    stopping = env | {"KEEL_SHUTDOWN_GRACE_S": "0.5"}
+    workers.append(start_worker(stopping))
+    session = await slow_turn(client, env, tmp_path)
+    await until_model_call_runs(client, session)
+    # the next worker runs on another machine: no journal of the first one to read
+    workers.append(start_worker(env | {"XDG_STATE_HOME": str(tmp_path / "elsewhere")}))
+    await until_pollers(client, env["KEEL_TASK_QUEUE"], 2)
+    workers[0].send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert workers[0].wait(timeout=60) == 0
+    turn = await KeelClient(client, env["KEEL_TASK_QUEUE"]).wait_turn(session, 1, timeout_s=60)
+    assert turn.status == "completed" and time.monotonic() - stopped < 45
+    assert (await model_attempts(client, session)) == [(2, "WorkerShutdown")]
+
+
 async def test_a_live_workers_call_is_left_alone(
     client: Client, env: dict[str, str], workers: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import socket
 import stat
 import threading
 import time
@@ -76,7 +77,13 @@ def _namespace_key(namespace: str) -> str:
 
 
 def _boot_key() -> str:
-    return boot_id().replace("-", "")[:16] or "0"
+    """This machine's boot and host name.
+
+    With the host name, the processes of another container that shares the state directory
+    (its own pids, its own host name) are never taken for this one's.
+    """
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    return (boot_id().replace("-", "")[:16] or "0") + host
 
 
 @dataclass(frozen=True)
