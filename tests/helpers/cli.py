@@ -35,17 +35,24 @@ def keel(
     )
 
 
-@contextmanager
-def keel_worker(env: dict[str, str], tools: str) -> Iterator[subprocess.Popen[str]]:
-    """``keel worker --tools TOOLS`` in its own process for the block; SIGTERM after it."""
-    proc = subprocess.Popen(
+def worker_process(
+    env: dict[str, str], tools: str, *, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """``keel worker --tools TOOLS`` started in its own process (stderr piped, as text)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", tools],
         env=env,
         cwd=ROOT,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def keel_worker(env: dict[str, str], tools: str) -> Iterator[subprocess.Popen[str]]:
+    """``keel worker --tools TOOLS`` in its own process for the block; SIGTERM after it."""
+    proc = worker_process(env, tools, stdout=subprocess.PIPE)
     try:
         yield proc
     finally:

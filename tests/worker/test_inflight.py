@@ -35,7 +35,7 @@ from keel.worker.process.inflight import (
 )
 from keel.worker.process.pids import boot_id, same_process, started_at
 from keel.workflows.activity_options import MODEL_ACTIVITY, WORKER_LOST
-from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.cli import keel_env, worker_process
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, write_script
 
 # Far longer than the test waits: only the reclaim can hand the call on in time.
@@ -44,14 +44,7 @@ SLOW_CALL_S = 6.0
 
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return worker_process(env, SAMPLE_TOOLS)
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ Two worker processes share it, and one conversation spans several runs.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from keel import KeelClient, Message, SessionConfig, open_store
 from keel.activities.store import StoreMissing
 from keel.activities.store import s3 as s3_backend
-from tests.helpers.cli import ROOT, keel_env
+from tests.helpers.cli import keel_env, worker_process
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port, run_histories
 
@@ -82,17 +80,7 @@ async def test_two_worker_processes_share_the_s3_store(
         KEEL_STORE=f"s3://{BUCKET}/{prefix}",
         **s3_env,
     )
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", SAMPLE_TOOLS],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    workers = [worker_process(env, SAMPLE_TOOLS) for _ in range(2)]
     try:
         time.sleep(1.0)
         keel = KeelClient(temporal_env.client, queue, open_store(f"s3://{BUCKET}/{prefix}"))

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
+from keel.worker.background import stop_task
 from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk, stop_task
+from keel.worker.client.streams import TextChunk
 from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 from keel.workflows.cost import dollars

@@ -47,7 +47,8 @@ _LONG_POLL_TIMEOUT = timedelta(seconds=70)
 # After a failed history read: look now, and read again this much later.
 _RETRY_S = 1.0
 
-_CLOSED = frozenset(
+# The events that end a run: what follows is another run, or nothing.
+CLOSED_EVENTS = frozenset(
     {
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
@@ -67,7 +68,7 @@ def query_delay(events: Sequence[history.HistoryEvent], lag_s: float) -> float |
         lag_s: how late a state may be seen while the turn's work runs.
     """
     types = {event.event_type for event in events}
-    if types & _CLOSED:
+    if types & CLOSED_EVENTS:
         return 0.0
     if EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in types:
         return None  # an activity ended or a task started: the state changes with its task
@@ -204,7 +205,7 @@ class HistoryWatch:
                 delay = query_delay(events, self._lag_s)
                 if delay is not None:
                     self._due(delay)
-            closed = any(event.event_type in _CLOSED for event in events)
+            closed = any(event.event_type in CLOSED_EVENTS for event in events)
             token = response.next_page_token
             if closed or not token:
                 self._due(0.0)

@@ -15,22 +15,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel.worker.client.history_watch import CLOSED_EVENTS
 from keel.worker.client.run_status import SessionEnd, ended_pending, ended_turn
 from keel.workflows.contracts import PendingView, SessionState, TurnRecord
 from keel.workflows.effect_contracts import EffectsView
 from keel.workflows.effects import EffectBook
 from keel.workflows.ledger import NO_CONFIG, Ledger, SessionInput
-
-_CLOSED = frozenset(
-    {
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-    }
-)
 
 
 async def unstarted_input(client: Client, session_id: str, err: RPCError) -> SessionInput | None:
@@ -58,7 +48,7 @@ async def unstarted_input(client: Client, session_id: str, err: RPCError) -> Ses
                 [start] = await client.data_converter.decode(payloads, [SessionInput])
             except ValueError:  # none, several, or one that does not validate
                 start = SessionInput(config=NO_CONFIG)
-        closed = closed or event.event_type in _CLOSED
+        closed = closed or event.event_type in CLOSED_EVENTS
     return start if closed else None
 
 

@@ -26,8 +26,6 @@ from temporalio.service import RPCError
 from keel.workflows.activity_options import MODEL_ACTIVITY
 
 logger = logging.getLogger(__name__)
-# How long a cancelled follower may take to end before it is cancelled again (``stop_task``).
-CANCEL_AGAIN_S = 0.5
 
 __all__ = [
     "ENDPOINT",
@@ -36,7 +34,6 @@ __all__ = [
     "TextChunk",
     "follow_model_text",
     "heartbeat_snapshot",
-    "stop_task",
 ]
 
 ENDPOINT = "endpoint"
@@ -345,15 +342,3 @@ async def _details(client: Client, payloads: Any) -> dict[str, Any]:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) else None
-
-
-async def stop_task(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait until it has ended, cancelling it again while it runs on.
-
-    On Python 3.11, an ``asyncio.wait_for`` whose awaitable finishes as the cancel comes
-    returns its result and drops the cancel: a text follower reading its stream's last line
-    then went on following, and ``keel run`` (or the web page's stream) waited for it forever.
-    """
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)

@@ -50,6 +50,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from keel.worker.background import beside
 from keel.worker.process.pids import alive, boot_id, same_process, started_at
 from keel.workflows.activity_options import WORKER_LOST
 
@@ -121,9 +122,10 @@ class InflightJournal:
     def __init__(self, directory: Path, namespace: str) -> None:
         """Name the file; it is made with the first attempt."""
         me = os.getpid()
-        self.path = directory / JournalName(
-            _boot_key(), me, started_at(me) or 0, _namespace_key(namespace)
-        ).file
+        self.path = (
+            directory
+            / JournalName(_boot_key(), me, started_at(me) or 0, _namespace_key(namespace)).file
+        )
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._running = 0
@@ -255,13 +257,8 @@ async def reclaiming(client: Client, state_home: str | os.PathLike[str]) -> Asyn
             except Exception as err:  # never stops the worker: the heartbeat timeout is there
                 logger.warning("cannot reclaim dead workers' attempts: %s", err)
 
-    task = asyncio.create_task(again())
-    try:
+    async with beside(again()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def reclaim_lost(client: Client, state_home: str | os.PathLike[str]) -> int:

@@ -4,7 +4,8 @@ Order of start: logging, settings checks (exit 2 on a bad one), the metrics runt
 health endpoint, tracing, then the connection and the worker. On SIGTERM or Ctrl-C, the
 readiness probe turns 503, the worker stops polling, and running model calls and tools get
 ``KEEL_SHUTDOWN_GRACE_S`` to finish before they are cancelled; whatever is cut off fails as
-``WorkerShutdown`` (temporalio), which Temporal retries on another worker at once. Spans still buffered are flushed.
+``WorkerShutdown`` (temporalio), which Temporal retries on another worker at once. Spans still
+buffered are flushed.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ version becomes current by itself; a later one logs that it is not current and w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from keel.worker.background import beside
 from keel.worker.client.deployments import make_first_version_current
 
 logger = logging.getLogger("keel.worker")
@@ -29,13 +29,8 @@ async def telling_version(worker: Worker) -> AsyncIterator[None]:
     if deployment is None or not deployment.use_worker_versioning:
         yield
         return
-    task = asyncio.create_task(_tell_version(worker.client, deployment.version))
-    try:
+    async with beside(_tell_version(worker.client, deployment.version)):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _tell_version(client: Client, version: WorkerDeploymentVersion) -> None:

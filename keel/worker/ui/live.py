@@ -24,8 +24,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
+from keel.worker.background import stop_task
 from keel.worker.client.keel_client import KeelClient
-from keel.worker.client.streams import TextChunk, stop_task
+from keel.worker.client.streams import TextChunk
 from keel.worker.ui.access import Visit
 from keel.worker.ui.context import UiContext
 from keel.worker.ui.pages import SessionParts, render_rows, render_session, session_rows_of

@@ -217,21 +217,27 @@ def test_run_json_gives_the_message_whose_tool_waits(
     assert message["content"][1]["toolUse"]["toolUseId"] == "g1"
 
 
-def test_a_run_timeout_reads_timed_out(
-    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
-) -> None:
-    """A session started with a run timeout (the raw CLI's ``--run-timeout``) that ran out."""
+def raw_start(env: dict[str, str], tmp_path: Path, *flags: str) -> str:
+    """Start a session of a prompt with the raw ``temporal`` CLI and ``flags``; its id."""
     from tests.helpers.scripts import SAMPLE_TOOLS
 
-    env = server_env
     session = f"truth-{uuid.uuid4().hex[:8]}"
     model = approval_script(tmp_path, tmp_path / "out.txt")
     start = {"config": {"model": model, "tool_modules": [SAMPLE_TOOLS]}, "prompt": "go"}
     temporal(
         env, "workflow", "start", "--type", "AgentSession", "--task-queue",
-        env["KEEL_TASK_QUEUE"], "--workflow-id", session, "--run-timeout", "4s",
+        env["KEEL_TASK_QUEUE"], "--workflow-id", session, *flags,
         "--input", json.dumps(start),
     )  # fmt: skip
+    return session
+
+
+def test_a_run_timeout_reads_timed_out(
+    server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """A session started with a run timeout (the raw CLI's ``--run-timeout``) that ran out."""
+    env = server_env
+    session = raw_start(env, tmp_path, "--run-timeout", "4s")
     until_status(env, session, "WORKFLOW_EXECUTION_STATUS_TIMED_OUT")
     said = "the session timed out in Temporal (its run timeout)"
     out = keel("show", session, "--json", env=env)
@@ -249,17 +255,8 @@ def test_a_session_ended_before_any_worker_ran_it_reads_as_its_start(
     history a worker could replay, and Temporal refuses its queries; every reading command
     still answers, from the start input: its prompt's turn cancelled, nothing to decide.
     """
-    from tests.helpers.scripts import SAMPLE_TOOLS
-
     env = server_env
-    session = f"truth-{uuid.uuid4().hex[:8]}"
-    model = approval_script(tmp_path, tmp_path / "out.txt")
-    start = {"config": {"model": model, "tool_modules": [SAMPLE_TOOLS]}, "prompt": "go"}
-    temporal(
-        env, "workflow", "start", "--type", "AgentSession", "--task-queue",
-        env["KEEL_TASK_QUEUE"], "--workflow-id", session, "--start-delay", "1h",
-        "--input", json.dumps(start),
-    )  # fmt: skip
+    session = raw_start(env, tmp_path, "--start-delay", "1h")
     temporal(env, "workflow", "terminate", "--workflow-id", session, "--reason", "too late")
     said = "the session was terminated in Temporal: too late"
 
