@@ -102,7 +102,13 @@ async def _follow_turn(
     out = progress_out(args)
     extra = mcp_words(args)
     follower = Follower(keel, session, since, out=out, turn=turn_id, stream_text=out is not None)
-    record = await follower.turn_settled(turn_id)
+
+    async def settled() -> TurnRecord:
+        if out is None:  # nothing to show on the way: wait for the end alone, asking less
+            return await keel.wait_turn(session, turn_id)
+        return await follower.turn_settled(turn_id)
+
+    record = await settled()
     refused: set[str] = set()
     while record.status == "awaiting_human" and interactive(args):
         asked = [i for i in record.interrupts if i.id not in refused]
@@ -148,7 +154,7 @@ async def _follow_turn(
             except RequestRejected as err:
                 print(f"keel: {err}", file=sys.stderr)
                 refused.add(interrupt.id)
-        record = await follower.turn_settled(turn_id)
+        record = await settled()
     return print_turn(session, await _held_message(keel, session, record), args.json, extra)
 
 

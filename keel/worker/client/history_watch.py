@@ -12,7 +12,9 @@ long-polls the session's history and says when a query is worth its price:
   when the run ended or continued as new;
 - ``lag_s`` later, when the task started a model call, a tool run or a judge: the state will
   change again when that ends, and a query for each step of a quick turn would cost more than
-  the step. A follower shows a running step at most ``lag_s`` late.
+  the step. A follower shows a running step at most ``lag_s`` late; a caller that waits for a
+  turn's end only (``wait_turn``, no other turn queued) sets no lag and asks nothing while the
+  turn's work runs.
 
 Nothing here writes to the session's history, and no payload is decoded: only event types
 and activity type names are read. When the history cannot be read (the server busy, an older
@@ -47,6 +49,15 @@ _LONG_POLL_TIMEOUT = timedelta(seconds=70)
 # After a failed history read: look now, and read again this much later.
 _RETRY_S = 1.0
 
+# A workflow task with one of these is worth a query at once: KeelStatus changed (the session
+# went idle or waits for a person), or an update was taken (a prompt, a decision: the queue
+# or the turn changed).
+_SAID_AT_ONCE = frozenset(
+    {
+        EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+    }
+)
 # The events that end a run: what follows is another run, or nothing.
 CLOSED_EVENTS = frozenset(
     {
@@ -60,26 +71,29 @@ CLOSED_EVENTS = frozenset(
 )
 
 
-def query_delay(events: Sequence[history.HistoryEvent], lag_s: float) -> float | None:
+def query_delay(events: Sequence[history.HistoryEvent], lag_s: float | None) -> float | None:
     """How long after ``events`` (one read of new history) a query is worth it; None: not yet.
 
     Args:
         events: the events one history read returned, in order.
-        lag_s: how late a state may be seen while the turn's work runs.
+        lag_s: how late a state may be seen while the turn's work runs; None: the caller
+            need not see it until that work ends (``wait_turn`` with no turn queued).
     """
     types = {event.event_type for event in events}
     if types & CLOSED_EVENTS:
         return 0.0
     if EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in types:
         return None  # an activity ended or a task started: the state changes with its task
-    if EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES in types:
-        return 0.0  # KeelStatus changed: the session went idle, or waits for a person
+    if types & _SAID_AT_ONCE:
+        return 0.0  # KeelStatus changed (idle, waiting for a person), or a request came
     working = any(
         event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and event.activity_task_scheduled_event_attributes.activity_type.name in TURN_WORK
         for event in events
     )
-    return lag_s if working else 0.0
+    if not working:
+        return 0.0
+    return lag_s
 
 
 class HistoryWatch:
@@ -88,17 +102,18 @@ class HistoryWatch:
     Use as an async context manager. Follows the session across continue-as-new.
     """
 
-    def __init__(self, client: Client, session_id: str, *, lag_s: float) -> None:
+    def __init__(self, client: Client, session_id: str, *, lag_s: float | None) -> None:
         """Set up a watch; nothing is read until it is entered.
 
         Args:
             client: the Temporal client.
             session_id: the session (workflow id).
-            lag_s: how late a state may be seen while a model call, tool or judge runs.
+            lag_s: how late a state may be seen while a model call, tool or judge runs;
+                None: not until it ends. The caller may change it (``lag_s``) as it goes.
         """
         self._client = client
         self._session_id = session_id
-        self._lag_s = lag_s
+        self.lag_s = lag_s
         self._due_at: float | None = None
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -202,7 +217,7 @@ class HistoryWatch:
             events = [event for event in response.history.events if event.event_id > seen]
             if events:
                 seen = events[-1].event_id
-                delay = query_delay(events, self._lag_s)
+                delay = query_delay(events, self.lag_s)
                 if delay is not None:
                     self._due(delay)
             closed = any(event.event_type in CLOSED_EVENTS for event in events)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import WithStartWorkflowOperation
+from temporalio.client import WithStartWorkflowOperation, WorkflowQueryFailedError
 from temporalio.common import (
     AutoUpgradeVersioningOverride,
     VersioningOverride,
@@ -49,7 +49,7 @@ ENDED = frozenset({"completed", "failed", "cancelled"})
 # A turn in one of these states waits for nobody but a human, or is over.
 SETTLED = ENDED | {"awaiting_human"}
 # How late ``wait_turn`` may see a turn that settled in the workflow task that started more
-# model calls, tools or judges (the next queued prompt's): one query per such task otherwise.
+# model calls, tools or judges (the next queued prompt's), when a turn is queued behind it.
 WAIT_LAG_S = 5.0
 
 
@@ -202,8 +202,9 @@ class SessionWriter(SessionReader):
         Long-polls the session's history (``HistoryWatch``: not billed by Temporal Cloud,
         nothing written) and asks the ``turn`` query (billed) only when the history says the
         turn may have settled: when a workflow task ended without starting more of the turn's
-        work, or ``WAIT_LAG_S`` after one that did (a turn that ends in the task that starts
-        the next queued prompt is seen that late).
+        work, or took an update (a prompt may have been queued). While the turn runs, it asks
+        whether a turn comes after it; only then is the turn looked at ``WAIT_LAG_S`` after
+        each task that started more work (the task that ends it may start the next one).
 
         Args:
             session_id: the session.
@@ -217,14 +218,24 @@ class SessionWriter(SessionReader):
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
-        async with HistoryWatch(self.client, session_id, lag_s=WAIT_LAG_S) as watch:
+        async with HistoryWatch(self.client, session_id, lag_s=None) as watch:
             while True:
                 record = await self.turn(session_id, turn_id)
                 if record.status in (ENDED if through_interrupts else SETTLED):
                     return record
+                if watch.lag_s is None and await self._queued_after(session_id, turn_id):
+                    watch.lag_s = WAIT_LAG_S  # the task that ends this turn may start that one
                 left = None if deadline is None else deadline - loop.time()
                 if not await watch.wait(left):  # False once ``left`` has passed (or was gone)
                     raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
+
+    async def _queued_after(self, session_id: str, turn_id: int) -> bool:
+        """Whether the session has a turn after ``turn_id`` (queued behind it, or running)."""
+        try:
+            await self.turn(session_id, turn_id + 1)
+        except WorkflowQueryFailedError:  # "no turn N": nothing comes after it yet
+            return False
+        return True
 
     async def run(
         self,

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.worker import (
@@ -23,6 +24,7 @@ from temporalio.worker import (
 )
 
 from keel import KeelClient
+from keel.worker.client import writing
 from keel.worker.client.history_watch import query_delay
 from keel.workflows.activity_options import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
 from tests.helpers.fixture_types import RunWorker, Script
@@ -68,10 +70,17 @@ def _slow_cycles(tmp_path: Path, cycles: int, delay_s: float) -> list[dict[str, 
     return [*steps, respond(text("done"), delay_s=delay_s)]
 
 
-async def test_wait_turn_queries_once_or_twice_for_a_turn_of_slow_cycles(
-    keel: KeelClient, run_worker: RunWorker, script: Script, tmp_path: Path
+async def test_wait_turn_asks_nothing_while_the_turns_work_runs(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Three cycles of 1.2 s model calls (4.8 s): the old wait_turn asked about 12 times."""
+    """Three cycles of 1.2 s model calls (4.8 s): the polling wait_turn asked about 12 times,
+    the lagging one once a step (7 with a 0.5 s lag); now the turn, whether one comes after
+    it, and the turn again at its end."""
+    monkeypatch.setattr(writing, "WAIT_LAG_S", 0.5)  # were it used, a query every step
     config = script(_slow_cycles(tmp_path, 3, 1.2))
     session = f"watch-{uuid.uuid4().hex[:8]}"
     async with run_worker(interceptors=[CountQueries()]):
@@ -80,6 +89,29 @@ async def test_wait_turn_queries_once_or_twice_for_a_turn_of_slow_cycles(
     assert (tmp_path / "out.txt").read_text().splitlines() == ["v0", "v1", "v2"]
     asked = QUERIES[f"turn:{session}"]
     assert 1 <= asked <= 3, f"wait_turn asked the turn query {asked} times"
+
+
+async def test_wait_turn_sees_its_turn_end_in_the_task_that_starts_the_next(
+    keel: KeelClient,
+    run_worker: RunWorker,
+    script: Script,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prompt queued behind the waited turn starts in the task that ends it: the history
+    shows only more work, so wait_turn, told of the queued turn, looks WAIT_LAG_S later."""
+    monkeypatch.setattr(writing, "WAIT_LAG_S", 1.0)
+    config = script([respond(text("first"), delay_s=1.5), respond(text("second"), delay_s=30)])
+    session = f"queued-{uuid.uuid4().hex[:8]}"
+    async with run_worker():
+        first = await keel.prompt(session, "one", config=config)
+        second = await keel.prompt(session, "two")
+        assert (first.turn_id, second.turn_id) == (1, 2)
+        record = await keel.wait_turn(session, 1, timeout_s=25)
+        assert record.status == "completed"
+        # seen long before the next turn's 30 s call ends: not at the turn after's end
+        assert (await keel.turn(session, 2)).status == "running"
+        await keel.cancel(session)
 
 
 async def test_a_follower_sees_every_event_with_a_query_per_slow_step(
@@ -128,6 +160,10 @@ def test_query_delay_reads_what_a_workflow_task_did() -> None:
     assert query_delay([done, tool, tool], 2.5) == 2.5
     assert query_delay([done, notify], 1.0) == 0.0  # not the turn's work
     assert query_delay([done, model, status], 1.0) == 0.0  # KeelStatus changed
+    accepted = _event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    assert query_delay([done, accepted, model], 1.0) == 0.0  # a prompt (or decision) came
+    assert query_delay([done, model], None) is None  # wait_turn: nothing while work runs
+    assert query_delay([done], None) == 0.0
     for close in (
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
