@@ -9,10 +9,11 @@ answers, standing approvals) is ``SessionDecider``'s (``keel.worker.client.decid
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import WithStartWorkflowOperation, WorkflowQueryFailedError
+from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import (
     AutoUpgradeVersioningOverride,
     VersioningOverride,
@@ -230,12 +231,13 @@ class SessionWriter(SessionReader):
                     raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
 
     async def _queued_after(self, session_id: str, turn_id: int) -> bool:
-        """Whether the session has a turn after ``turn_id`` (queued behind it, or running)."""
-        try:
-            await self.turn(session_id, turn_id + 1)
-        except WorkflowQueryFailedError:  # "no turn N": nothing comes after it yet
-            return False
-        return True
+        """Whether the session has a turn after ``turn_id`` (queued behind it, or running).
+
+        Asked with the ``state`` query (no messages, no events): a ``turn`` query of a turn
+        that does not exist fails, and its failure is encrypted in an encrypted session.
+        """
+        state = await self.state(session_id, events_since=sys.maxsize, include_messages=False)
+        return bool(state.queued) or any(t.turn_id > turn_id for t in state.turns)
 
     async def run(
         self,
