@@ -54,8 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolActivities", "run_tool"]
 
-# A tool run beats three times per heartbeat timeout, at most this far apart (as a model call).
-_HEARTBEAT_EVERY_S = 10.0
+_HEARTBEAT_EVERY_S = 5.0
 # One tool result must fit a Temporal payload (2 MB) with room for the rest of the request.
 MAX_RESULT_BYTES = 1_000_000
 _SYNC_TOOL_THREADS = 32

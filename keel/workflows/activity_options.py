@@ -29,14 +29,16 @@ WORKER_LOST = "KeelWorkerLost"
 # deems the attempt lost (its worker died) and retries it on another worker. Sessions may set
 # their own (``SessionConfig.heartbeat_timeout_s``); this is the default. The activities
 # heartbeat ``HEARTBEATS_PER_TIMEOUT`` times per timeout, at most 10 s apart (model_call.py,
-# tool_run.py), and Temporal Cloud bills each heartbeat as an Action: at 2 s (the default
-# before issue 45) a 10 s model call paid 14. A worker that dies is noticed sooner than this
-# where it matters most: the worker restarted where it ran, or one running beside it, gives
-# its attempts back at once (``keel.worker.process.inflight``: 1-2.6 s after a SIGKILL at any
-# timeout), and a graceful stop hands them over when its grace ends. The timeout is the
-# backstop for a machine that is gone (or a worker that hangs): 30 s there, 1 heartbeat per
-# 10 s call (docs/performance.md, "Recovery against heartbeats").
-HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+# tool_run.py), so a beat may come late by two thirds of the timeout before the attempt is
+# wrongly given up; at 200 sessions on one worker and a 2-core dev server, 1 s lost hundreds
+# of attempts to late beats, 2 s none (docs/performance.md, "Crash recovery"). A worker
+# restarted where a dead one ran, or running beside it, gives the dead one's attempts back
+# at once whatever the timeout (``keel.worker.process.inflight``), so a longer one (30 s: one
+# heartbeat, an Action on Temporal Cloud, per 10 s call instead of 14) costs only a lost
+# machine's recovery; but a running call learns of a cancel, and readers without the stream
+# endpoint see its text, only at its beats: the default stays 2 s (docs/performance.md,
+# "Recovery against heartbeats").
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HEARTBEATS_PER_TIMEOUT = 3
 # Before issue 23, 10 s (kept for the benchmark that compares the two).
 LEGACY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)

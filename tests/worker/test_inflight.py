@@ -145,17 +145,32 @@ async def test_a_worker_beside_a_dead_one_takes_back_its_call(
     second: it takes the call over without a restart, long before the heartbeat timeout."""
     from keel import KeelClient
 
-    workers.append(start_worker(env))
-    session = await slow_turn(client, env, tmp_path)
-    await until_model_call_runs(client, session)  # on the first worker, the only one
-    workers.append(start_worker(env))
+    workers.extend([start_worker(env), start_worker(env)])
     await until_pollers(client, env["KEEL_TASK_QUEUE"], 2)
-    workers[0].send_signal(signal.SIGKILL)
-    workers[0].wait(timeout=30)
+    session = await slow_turn(client, env, tmp_path)
+    await until_model_call_runs(client, session)
+    running = await running_on(client, session, workers)
+    running.send_signal(signal.SIGKILL)
+    running.wait(timeout=30)
     killed = time.monotonic()
     turn = await KeelClient(client, env["KEEL_TASK_QUEUE"]).wait_turn(session, 1, timeout_s=60)
     assert turn.status == "completed" and time.monotonic() - killed < 45
     assert (await model_attempts(client, session)) == [(2, WORKER_LOST)]
+
+
+async def running_on(
+    client: Client, session: str, workers: list[subprocess.Popen[str]]
+) -> subprocess.Popen[str]:
+    """The worker process whose identity (``pid@host``) runs the session's model call."""
+    described = await client.get_workflow_handle(session).describe()
+    [pending] = [
+        p
+        for p in described.raw_description.pending_activities
+        if p.activity_type.name == MODEL_ACTIVITY
+    ]
+    pid = int(pending.last_worker_identity.split("@", 1)[0])
+    [proc] = [w for w in workers if w.pid == pid]
+    return proc
 
 
 async def until_pollers(client: Client, task_queue: str, count: int) -> None:
@@ -189,15 +204,16 @@ async def test_a_call_cut_off_by_a_graceful_stop_goes_on_at_once_elsewhere(
     from keel import KeelClient
 
     stopping = env | {"KEEL_SHUTDOWN_GRACE_S": "0.5"}
-    workers.append(start_worker(stopping))
+    # the other worker runs on another machine: no journal of the first one to read
+    elsewhere = stopping | {"XDG_STATE_HOME": str(tmp_path / "elsewhere")}
+    workers.extend([start_worker(stopping), start_worker(elsewhere)])
+    await until_pollers(client, env["KEEL_TASK_QUEUE"], 2)
     session = await slow_turn(client, env, tmp_path)
     await until_model_call_runs(client, session)
-    # the next worker runs on another machine: no journal of the first one to read
-    workers.append(start_worker(env | {"XDG_STATE_HOME": str(tmp_path / "elsewhere")}))
-    await until_pollers(client, env["KEEL_TASK_QUEUE"], 2)
-    workers[0].send_signal(signal.SIGTERM)
+    running = await running_on(client, session, workers)
+    running.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
-    assert workers[0].wait(timeout=60) == 0
+    assert running.wait(timeout=60) == 0
     turn = await KeelClient(client, env["KEEL_TASK_QUEUE"]).wait_turn(session, 1, timeout_s=60)
     assert turn.status == "completed" and time.monotonic() - stopped < 45
     assert (await model_attempts(client, session)) == [(2, "WorkerShutdown")]
