@@ -16,7 +16,9 @@ import uuid
 from pathlib import Path
 
 from keel.worker.server.dev_record import record_path
+from keel.worker.server.devserver import find_temporal_cli
 from keel.worker.settings import Settings
+from keel.workflows.activity_options import MODEL_ACTIVITY
 from tests.helpers.cli import ROOT, keel, keel_env
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 
@@ -89,31 +91,41 @@ def interrupted_run(
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
+    address = env.get("TEMPORAL_ADDRESS")
     record = record_path(cwd / ".keel", Settings.from_env(env).state_home)
-    while "TEMPORAL_ADDRESS" not in env and not record.exists():
+    while address is None:  # embedded: its server's address, once it has written it
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        if record.exists():
+            address = json.loads(record.read_text()).get("address")
         time.sleep(0.1)
-    if "TEMPORAL_ADDRESS" in env:  # a server of its own: wait until the turn runs
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            shown = subprocess.run(
-                [sys.executable, "-m", "keel.worker.cli", "show", "--json", session],
-                env=env,
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            if shown.returncode == 0 and json.loads(shown.stdout)["status"] == "running":
-                break
-            time.sleep(0.2)
-        time.sleep(0.5)
-    else:
-        time.sleep(3)  # the prompt is taken, the model call runs
+    # Temporal's own CLI (no keel command to contend with the embedded server): wait until
+    # the turn's model call runs, however slowly this machine starts the command's worker
+    while not model_call_runs(address, session):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def model_call_runs(address: str, session: str) -> bool:
+    """Whether the session's workflow has a model call running, as ``temporal`` describes it."""
+    described = subprocess.run(
+        [find_temporal_cli() or "temporal", "workflow", "describe", "--workflow-id", session,
+         "--address", address, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    if described.returncode != 0:
+        return False  # not started yet
+    pending = json.loads(described.stdout).get("pendingActivities") or []
+    return any(
+        a.get("activityType", {}).get("name") == MODEL_ACTIVITY
+        and a.get("state") == "PENDING_ACTIVITY_STATE_STARTED"
+        for a in pending
+    )
 
 
 def test_every_suggested_command_works_as_printed(tmp_path: Path) -> None:
@@ -246,7 +258,7 @@ def test_a_detached_turn_is_offered_wait_and_watch(
 def test_ctrl_c_with_a_server_that_outlives_the_command(
     server_env: dict[str, str], worker_process: subprocess.Popen[str], tmp_path: Path
 ) -> None:
-    model = write_script(tmp_path / "slow.json", [respond(text("worth the wait"), delay_s=6)])
+    model = write_script(tmp_path / "slow.json", [respond(text("worth the wait"), delay_s=15)])
     session = f"ctrlc-{uuid.uuid4().hex[:6]}"
     stopped = interrupted_run(session, "slowly", ROOT, server_env, "--model", model)
     assert stopped.returncode == 130, stopped.stderr
