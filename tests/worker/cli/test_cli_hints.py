@@ -15,6 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import find_temporal_cli
 from keel.worker.settings import Settings
@@ -128,6 +130,7 @@ def model_call_runs(address: str, session: str) -> bool:
     )
 
 
+@pytest.mark.timeout(300)  # some 25 keel commands, each a process start on a loaded machine
 def test_every_suggested_command_works_as_printed(tmp_path: Path) -> None:
     """A newcomer's folder: no TEMPORAL_ADDRESS, each command embeds the server in turn."""
     folder = tmp_path / "work"
