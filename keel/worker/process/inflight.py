@@ -163,8 +163,15 @@ class InflightJournal:
 
 
 def private_dir(directory: Path) -> None:
-    """Make ``directory`` (0700) unless it is there; refuse one that others may write."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Make ``directory`` (0700) unless it is there; refuse one that others may write.
+
+    Its parent, ``keel/`` in the state directory, is made 0700 too: the records of
+    ``keel.worker.server.records`` refuse a ``keel/`` that others may write, and
+    ``mkdir(parents=True)`` would make it with the umask's permissions.
+    """
+    directory.parent.parent.mkdir(parents=True, exist_ok=True)  # the state directory
+    for level in (directory.parent, directory):
+        level.mkdir(mode=0o700, exist_ok=True)
     info = directory.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise PermissionError(f"{directory} is not a directory of yours alone")
