@@ -91,9 +91,7 @@ def query_delay(events: Sequence[history.HistoryEvent], lag_s: float | None) -> 
         and event.activity_task_scheduled_event_attributes.activity_type.name in TURN_WORK
         for event in events
     )
-    if not working:
-        return 0.0
-    return lag_s
+    return lag_s if working else 0.0
 
 
 class HistoryWatch:

@@ -158,10 +158,22 @@ class SessionReader(SessionCaller):
         try:
             return await asyncio.gather(self._ask(session_id, send), self.ended(session_id))
         except SessionNeverRan as err:
-            end = await self.ended(session_id)
-            if end is None:  # not ended by Temporal, yet never ran: not a state to make up
-                raise
-            return unstarted(unstarted_state(session_id, err.start, end), end), end
+            state, end = await self._never_ran(session_id, err)
+            return unstarted(state, end), end
+
+    async def _never_ran(
+        self, session_id: str, err: SessionNeverRan
+    ) -> tuple[SessionState, SessionEnd]:
+        """What a session Temporal ended before any worker ran it reads as, and how it ended.
+
+        Raises:
+            SessionNeverRan: ``err``, when Temporal says the run did not end so (not a state
+                to make up).
+        """
+        end = await self.ended(session_id)
+        if end is None:
+            raise err
+        return unstarted_state(session_id, err.start, end), end
 
     async def turn(self, session_id: str, turn_id: int) -> TurnRecord:
         """One turn's current record (``cancelled`` if the session's end left it unfinished)."""
@@ -313,10 +325,7 @@ class SessionReader(SessionCaller):
                             partial(handle.query, AgentSession.state, query, rpc_timeout=timeout),
                         )
                     except SessionNeverRan as err:
-                        end = await self.ended(session_id)
-                        if end is None:
-                            raise
-                        yield unstarted_state(session_id, err.start, end)  # its only state
+                        yield (await self._never_ran(session_id, err))[0]  # its only state
                         return
                     except (RPCError, WorkflowQueryFailedError) as err:
                         if not failing:

@@ -221,23 +221,30 @@ class SessionWriter(SessionReader):
         deadline = None if timeout_s is None else loop.time() + timeout_s
         async with HistoryWatch(self.client, session_id, lag_s=None) as watch:
             while True:
-                record = await self.turn(session_id, turn_id)
+                record, later = await self._look(session_id, turn_id, queue=watch.lag_s is None)
                 if record.status in (ENDED if through_interrupts else SETTLED):
                     return record
-                if watch.lag_s is None and await self._queued_after(session_id, turn_id):
+                if later:
                     watch.lag_s = WAIT_LAG_S  # the task that ends this turn may start that one
                 left = None if deadline is None else deadline - loop.time()
                 if not await watch.wait(left):  # False once ``left`` has passed (or was gone)
                     raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
 
-    async def _queued_after(self, session_id: str, turn_id: int) -> bool:
-        """Whether the session has a turn after ``turn_id`` (queued behind it, or running).
+    async def _look(
+        self, session_id: str, turn_id: int, *, queue: bool
+    ) -> tuple[TurnRecord, bool]:
+        """The turn's record and, when ``queue``, whether a turn comes after it: one query.
 
-        Asked with the ``state`` query (no messages, no events): a ``turn`` query of a turn
-        that does not exist fails, and its failure is encrypted in an encrypted session.
+        With ``queue``, the ``state`` query (no messages, no events) answers both; a ``turn``
+        query of a turn that does not exist would fail, encrypted in an encrypted session.
         """
+        if not queue:
+            return await self.turn(session_id, turn_id), False
         state = await self.state(session_id, events_since=sys.maxsize, include_messages=False)
-        return bool(state.queued) or any(t.turn_id > turn_id for t in state.turns)
+        record = next((t for t in state.turns if t.turn_id == turn_id), None)
+        if record is None:  # not kept (or no such turn): the turn query says which
+            record = await self.turn(session_id, turn_id)
+        return record, bool(state.queued) or any(t.turn_id > turn_id for t in state.turns)
 
     async def run(
         self,
