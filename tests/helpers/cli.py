@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.helpers.cli_prefork import PreforkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,10 +25,34 @@ def keel_env(**extra: str) -> dict[str, str]:
     return env
 
 
+_prefork: PreforkServer | None = None
+_prefork_lock = threading.Lock()
+
+
+def _prefork_server() -> PreforkServer | None:
+    """This test process's prefork server, started at first use; None with KEEL_TEST_PREFORK=0."""
+    global _prefork
+    if os.environ.get("KEEL_TEST_PREFORK", "1") == "0":
+        return None
+    with _prefork_lock:
+        if _prefork is None or _prefork.proc.poll() is not None:
+            _prefork = PreforkServer(ROOT, keel_env())
+            atexit.register(_prefork.close)
+        return _prefork
+
+
 def keel(
     *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``keel ARGS`` to completion; its exit code, stdout and stderr."""
+    """Run ``keel ARGS`` to completion; its exit code, stdout and stderr.
+
+    The command runs forked from a process that has imported Keel already
+    (``tests.helpers.cli_prefork``): the same ``main()`` in a process of its own, without
+    the 2 s of imports. An environment that changes how Python starts gets a new process.
+    """
+    server = _prefork_server()
+    if server is not None and server.serves(env, cwd):
+        return server.run(list(args), env, cwd, timeout)
     return subprocess.run(
         [sys.executable, "-m", "keel.worker.cli", *args],
         env=env,

@@ -1,0 +1,254 @@
+"""Run ``keel`` commands forked from a process that has already imported Keel.
+
+A ``keel`` command spends about 2 s of CPU importing temporalio, pydantic and Keel before
+it does anything; the CLI tests run hundreds of them on 2 cores. A prefork server imports
+all of it once per test process, then forks a child per command, which sets the command's
+arguments, environment, folder and standard streams and runs the same ``main()`` that the
+``keel`` script runs. The child is a fresh process in every way a command can observe
+(its own pid, environment, streams and exit code); what it skips is the import. It also
+proves a rule the code keeps: nothing reads the environment at import time (the server
+imported Keel under another environment).
+
+The server forks twice per command: a waiter, which reports the command's pid and then its
+exit status on the connection, and the command itself. The server never starts a thread, so
+forking it is safe; it refuses to serve if an import did start one.
+
+``python3 -m tests.helpers.cli_prefork SOCKET`` runs the server (``PreforkServer.start``
+starts it); ``PreforkServer.run`` runs one command through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pkgutil
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+# Environment variables that Python reads as it starts: a command whose environment sets
+# them otherwise than the server's runs as a real process instead.
+_STARTUP_VARS = ("LANG", "LC_ALL", "LC_CTYPE")
+_HEADER = struct.Struct("!I")
+# How long a killed command's streams are read on, as subprocess.run does after a timeout.
+_AFTER_KILL_S = 5.0
+
+
+def _preload() -> None:
+    """Import what ``keel`` commands import: the CLI's modules and what they import."""
+    import keel.worker.cli as cli
+
+    import_module("keel.worker.cli.main")
+    for module in pkgutil.iter_modules(cli.__path__, prefix="keel.worker.cli."):
+        if module.name != "keel.worker.cli.__main__":
+            import_module(module.name)
+
+
+def _startup_env(env: dict[str, str]) -> dict[str, str]:
+    return {
+        k: v for k, v in env.items() if k.startswith("PYTHON") or k in _STARTUP_VARS
+    }
+
+
+def _text(data: bytes) -> str:
+    """Bytes as ``subprocess.run(text=True)`` gives them: UTF-8, universal newlines."""
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise EOFError("the connection closed mid-request")
+        data += chunk
+    return data
+
+
+def _command(request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked command process: become the command, run ``main()``; never returns."""
+    code = 1
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = [request["argv0"], *request["args"]]
+        from keel.worker.cli.main import main
+
+        main()  # exits with os._exit once output is flushed
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a crash is reported as a process's would be
+        traceback.print_exc()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _waiter(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked waiter: fork the command, report its pid, then its status; never returns."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would reap it
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _command(request, fds)
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.sendall(f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(0)
+
+
+def serve(path: str) -> None:
+    """Import Keel, then fork a command per connection on the Unix socket ``path``."""
+    _preload()
+    if threading.active_count() != 1:
+        raise SystemExit(f"prefork: importing Keel started {threading.active_count()} threads")
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        conn, _ = listener.accept()
+        fds: list[int] = []
+        try:
+            head, fds, _, _ = socket.recv_fds(conn, _HEADER.size, 3)
+            if len(head) < _HEADER.size:
+                head += _read_exactly(conn, _HEADER.size - len(head))
+            (size,) = _HEADER.unpack(head)
+            request = json.loads(_read_exactly(conn, size))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if os.fork() == 0:
+                listener.close()
+                _waiter(conn, request, fds)
+        except Exception:  # noqa: BLE001 - one bad request never stops the server
+            traceback.print_exc()
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            conn.close()
+
+
+class PreforkServer:
+    """A prefork server of this test process; ``run`` a command through it."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        """Start the server from ``root`` with the environment ``env`` at startup."""
+        self._dir = tempfile.mkdtemp(prefix="keel-prefork-")
+        self.path = os.path.join(self._dir, "socket")
+        self.root = root
+        self.startup = _startup_env(env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.cli_prefork", self.path],
+            env=env,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline()
+        if ready != "ready\n":
+            self.proc.kill()
+            raise RuntimeError(f"the prefork server did not start (said {ready!r})")
+
+    def serves(self, env: dict[str, str], cwd: Path) -> bool:
+        """Whether a command with ``env`` runs as it would in a process of its own."""
+        return self.proc.poll() is None and _startup_env(env) == self.startup
+
+    def close(self) -> None:
+        """Stop the server (commands it forked run on to their end)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            os.rmdir(self._dir)
+
+    def run(
+        self, args: list[str], env: dict[str, str], cwd: Path, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``keel ARGS`` forked; as ``subprocess.run(..., capture_output=True, text=True)``."""
+        argv0 = str(self.root / "keel" / "worker" / "cli" / "__main__.py")
+        cmd = [sys.executable, "-m", "keel.worker.cli", *args]
+        request = json.dumps(
+            {"args": args, "env": env, "cwd": str(cwd), "argv0": argv0}
+        ).encode()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [null, out_w, err_w])
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        deadline = time.monotonic() + timeout
+        pid: int | None = None
+        killed = False
+        outputs = {out_r: b"", err_r: b""}
+        report = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(out_r, selectors.EVENT_READ)
+            sel.register(err_r, selectors.EVENT_READ)
+            sel.register(conn, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if killed and left < -_AFTER_KILL_S:
+                    break  # what the command started holds its streams open
+                if left <= 0 and not killed:
+                    if pid is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    killed = True
+                for key, _ in sel.select(timeout=max(left, 0.1) if not killed else 1.0):
+                    if key.fileobj is conn:
+                        chunk = conn.recv(4096)
+                        report += chunk
+                        if pid is None and b"\n" in report:
+                            pid = int(report.split(b"\n", 1)[0])
+                    else:
+                        chunk = os.read(key.fd, 65536)
+                        outputs[key.fd] += chunk
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+        conn.close()
+        os.close(out_r)
+        os.close(err_r)
+        lines = report.split(b"\n")
+        stdout, stderr = _text(outputs[out_r]), _text(outputs[err_r])
+        if killed:
+            raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr)
+        if len(lines) < 2 or not lines[1]:
+            raise RuntimeError(f"the prefork server lost command {args!r}: {report!r}")
+        return subprocess.CompletedProcess(cmd, int(lines[1]), stdout, stderr)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

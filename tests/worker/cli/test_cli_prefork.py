@@ -1,0 +1,71 @@
+"""The CLI tests' prefork runner gives what a process of its own gives.
+
+``tests.helpers.cli.keel`` runs a command forked from a process that imported Keel once
+(``tests.helpers.cli_prefork``); these tests run the same commands both ways and compare
+everything a test reads: exit code, stdout and stderr.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import ROOT, _prefork_server, keel, keel_env
+
+
+def real(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "keel.worker.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+COMMANDS = [
+    ["--help"],
+    ["--version"],
+    ["show", "--bogus"],
+    ["run", "--model"],
+    ["show", "s1"],  # no server: where it looked names the folder and the environment
+    ["sessions", "--json"],
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_forked_command_is_the_command(args: list[str], tmp_path: Path) -> None:
+    env = keel_env(KEEL_HOME=str(tmp_path / "home"), TEMPORAL_ADDRESS="")
+    env.pop("TEMPORAL_ADDRESS")
+    assert _prefork_server() is not None
+    forked = keel(*args, env=env, cwd=tmp_path)
+    alone = real(*args, env=env, cwd=tmp_path)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        alone.returncode,
+        alone.stdout,
+        alone.stderr,
+    )
+    assert forked.stdout or forked.stderr
+
+
+def test_the_environment_is_the_commands_not_the_servers(tmp_path: Path) -> None:
+    """The server imported Keel under another environment; the command reads its own."""
+    homes = [tmp_path / "one", tmp_path / "two"]
+    said = [
+        keel("show", "s1", env=keel_env(KEEL_HOME=str(home)), cwd=tmp_path).stderr
+        for home in homes
+    ]
+    assert str(homes[0]) in said[0] and str(homes[1]) not in said[0]
+    assert str(homes[1]) in said[1] and str(homes[0]) not in said[1]
+
+
+def test_a_command_past_its_timeout_is_killed(server_env: dict[str, str]) -> None:
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        keel("worker", "--tools", "tests.sample_tools", env=server_env, cwd=ROOT, timeout=3)
+    assert time.monotonic() - started < 15
