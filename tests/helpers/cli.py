@@ -11,8 +11,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from tests.helpers.cli_prefork import PreforkServer
+from tests.helpers.cli_prefork import ForkedProcess, PreforkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,22 +64,35 @@ def keel(
     )
 
 
-def worker_process(
-    env: dict[str, str], tools: str, *, stdout: int = subprocess.DEVNULL
-) -> subprocess.Popen[str]:
-    """``keel worker --tools TOOLS`` started in its own process (stderr piped, as text)."""
+def keel_popen(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, **streams: Any
+) -> subprocess.Popen[str] | ForkedProcess:
+    """Start ``keel ARGS`` in its own process, as ``subprocess.Popen(text=True)`` would.
+
+    Forked from the prefork server, as ``keel`` runs commands; ``streams`` are ``stdin``,
+    ``stdout`` and ``stderr`` (DEVNULL by default, PIPE, a file or a descriptor).
+    """
+    server = _prefork_server()
+    if server is not None and server.serves(env, cwd):
+        return server.popen(list(args), env, cwd, **streams)
+    for name in ("stdin", "stdout", "stderr"):
+        streams.setdefault(name, subprocess.DEVNULL)
     return subprocess.Popen(
-        [sys.executable, "-m", "keel.worker.cli", "worker", "--tools", tools],
-        env=env,
-        cwd=ROOT,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-m", "keel.worker.cli", *args], env=env, cwd=cwd, text=True, **streams
     )
 
 
+def worker_process(
+    env: dict[str, str], tools: str, *, stdout: int = subprocess.DEVNULL
+) -> subprocess.Popen[str] | ForkedProcess:
+    """``keel worker --tools TOOLS`` started in its own process (stderr piped, as text)."""
+    return keel_popen("worker", "--tools", tools, env=env, stdout=stdout, stderr=subprocess.PIPE)
+
+
 @contextmanager
-def keel_worker(env: dict[str, str], tools: str) -> Iterator[subprocess.Popen[str]]:
+def keel_worker(
+    env: dict[str, str], tools: str
+) -> Iterator[subprocess.Popen[str] | ForkedProcess]:
     """``keel worker --tools TOOLS`` in its own process for the block; SIGTERM after it."""
     proc = worker_process(env, tools, stdout=subprocess.PIPE)
     try:

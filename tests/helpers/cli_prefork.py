@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import pkgutil
+import select
 import selectors
 import signal
 import socket
@@ -56,9 +57,7 @@ def _preload() -> None:
 
 
 def _startup_env(env: dict[str, str]) -> dict[str, str]:
-    return {
-        k: v for k, v in env.items() if k.startswith("PYTHON") or k in _STARTUP_VARS
-    }
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") or k in _STARTUP_VARS}
 
 
 def _text(data: bytes) -> str:
@@ -190,22 +189,31 @@ class PreforkServer:
             os.unlink(self.path)
             os.rmdir(self._dir)
 
+    def request(self, args: list[str], env: dict[str, str], cwd: Path) -> bytes:
+        """What asks the server to run ``keel ARGS`` in ``cwd`` with ``env``."""
+        argv0 = str(self.root / "keel" / "worker" / "cli" / "__main__.py")
+        body = json.dumps({"args": args, "env": env, "cwd": str(cwd), "argv0": argv0})
+        return _HEADER.pack(len(body.encode())) + body.encode()
+
+    def popen(
+        self, args: list[str], env: dict[str, str], cwd: Path, **streams: Any
+    ) -> ForkedProcess:
+        """Start ``keel ARGS`` forked; as ``subprocess.Popen(..., text=True)``."""
+        return ForkedProcess(self, args, env, cwd, **streams)
+
     def run(
         self, args: list[str], env: dict[str, str], cwd: Path, timeout: float
     ) -> subprocess.CompletedProcess[str]:
         """Run ``keel ARGS`` forked; as ``subprocess.run(..., capture_output=True, text=True)``."""
-        argv0 = str(self.root / "keel" / "worker" / "cli" / "__main__.py")
         cmd = [sys.executable, "-m", "keel.worker.cli", *args]
-        request = json.dumps(
-            {"args": args, "env": env, "cwd": str(cwd), "argv0": argv0}
-        ).encode()
+        request = self.request(args, env, cwd)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.path)
-            socket.send_fds(conn, [_HEADER.pack(len(request)) + request], [null, out_w, err_w])
+            socket.send_fds(conn, [request], [null, out_w, err_w])
         finally:
             for fd in (null, out_w, err_w):
                 os.close(fd)
@@ -248,6 +256,122 @@ class PreforkServer:
         if len(lines) < 2 or not lines[1]:
             raise RuntimeError(f"the prefork server lost command {args!r}: {report!r}")
         return subprocess.CompletedProcess(cmd, int(lines[1]), stdout, stderr)
+
+
+class ForkedProcess:
+    """A command forked by a prefork server, used as a ``subprocess.Popen(text=True)`` is.
+
+    ``pid`` is the command's own; its exit status comes from the server's waiter (the
+    command is not this process's child). ``stdin``, ``stdout`` and ``stderr`` are text
+    files when asked for with ``subprocess.PIPE``.
+    """
+
+    def __init__(
+        self,
+        server: PreforkServer,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        stdin: Any = subprocess.DEVNULL,
+        stdout: Any = subprocess.DEVNULL,
+        stderr: Any = subprocess.DEVNULL,
+    ) -> None:
+        """Start ``keel ARGS``; each stream is DEVNULL, PIPE, a file or a descriptor."""
+        self.args = [sys.executable, "-m", "keel.worker.cli", *args]
+        self.returncode: int | None = None
+        self.stdin: Any = None
+        self.stdout: Any = None
+        self.stderr: Any = None
+        theirs: list[int] = []
+        to_close: list[int] = []
+        for name, given in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr)):
+            reading = name == "stdin"
+            if given == subprocess.PIPE:
+                r, w = os.pipe()
+                mine, fd = (w, r) if reading else (r, w)
+                setattr(self, name, open(mine, "w" if reading else "r", encoding="utf-8"))
+            elif given in (None, subprocess.DEVNULL):
+                fd = os.open(os.devnull, os.O_RDONLY if reading else os.O_WRONLY)
+            else:
+                fd = os.dup(given if isinstance(given, int) else given.fileno())
+            theirs.append(fd)
+            to_close.append(fd)
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._conn.connect(server.path)
+            socket.send_fds(self._conn, [server.request(args, env, cwd)], theirs)
+        finally:
+            for fd in to_close:
+                os.close(fd)
+        self._report = b""
+        while b"\n" not in self._report:
+            chunk = self._conn.recv(64)
+            if not chunk:
+                raise RuntimeError(f"the prefork server did not start {args!r}")
+            self._report += chunk
+        head, self._report = self._report.split(b"\n", 1)
+        self.pid = int(head)
+
+    def _read_status(self, timeout: float | None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        while b"\n" not in self._report:
+            ready, _, _ = select.select([self._conn], [], [], timeout)
+            if not ready:
+                return None
+            chunk = self._conn.recv(64)
+            if not chunk:
+                raise RuntimeError(f"the prefork server lost {self.args!r}")
+            self._report += chunk
+        self.returncode = int(self._report.split(b"\n", 1)[0])
+        self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        """The exit code, or None while the command runs."""
+        return self._read_status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the command's end; ``subprocess.TimeoutExpired`` after ``timeout``."""
+        code = self._read_status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the command, unless it has ended."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Read stdout and stderr to their end, then wait; as ``Popen.communicate``."""
+        if self.stdin is not None:
+            self.stdin.close()
+        out = self.stdout.read() if self.stdout is not None else None
+        err = self.stderr.read() if self.stderr is not None else None
+        self.wait(timeout)
+        return out, err
+
+    def __enter__(self) -> ForkedProcess:
+        """The process itself."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the pipes and wait, as ``Popen`` does."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
 
 
 if __name__ == "__main__":

@@ -332,6 +332,12 @@ async def test_worker_service_health_metrics_traces_logs_and_graceful_stop(
         await keel_client.prompt(session, "slow one")
         deadline = time.monotonic() + 30
         while not marker.exists():
+            assert time.monotonic() < deadline, "the record tool never ran"
+            time.sleep(0.05)
+        # the slow tool's attempt started on this worker (the marker only says that the
+        # record tool ran; under load the slow one can still wait for a poll, which a
+        # draining worker no longer makes)
+        while await attempts_started(client, session) < 6:
             assert time.monotonic() < deadline, "the slow tool never started"
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
@@ -369,6 +375,15 @@ async def test_worker_service_health_metrics_traces_logs_and_graceful_stop(
     }
     assert all("activity_id" in a and "({" not in a["message"] for a in answered)
     assert any("shutting down" in line["message"] for line in lines)
+
+
+async def attempts_started(client: Client, session: str) -> int:
+    """Activity attempts of the session that started: recorded ones and running ones."""
+    handle = client.get_workflow_handle(session)
+    history = await handle.fetch_history()
+    recorded = sum(e.HasField("activity_task_started_event_attributes") for e in history.events)
+    pending = (await handle.describe()).raw_description.pending_activities
+    return recorded + sum(1 for p in pending if p.last_started_time.seconds)
 
 
 def http_get_quiet(url: str) -> int | None:

@@ -18,6 +18,7 @@ from keel.worker.server.dev_record import check_server, read_record, record_path
 from keel.worker.server.devserver import DevServer
 from keel.worker.server.records import read_private, records_dir, write_private
 from keel.worker.server.tool_files import tool_entries, tool_files_path
+from tests.helpers.temporal import free_port
 
 INSTALLED = "keel.activities.examples.workspace"
 
@@ -183,3 +184,34 @@ def test_a_file_closed_while_its_descriptors_are_read_does_not_hide_the_listener
 
         monkeypatch.setattr(dev_record.os, "readlink", closing)
         assert dev_record._listens(os.getpid(), port)
+
+
+def test_a_listening_socket_missing_from_one_reading_of_proc_net_tcp_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/proc/net/tcp is written a page at a time: a reading can skip a live server's row.
+
+    Seen in a full run: a second terminal took the embedded server of the first, which was
+    serving, for one that does not listen, and warned so.
+    """
+    import socket
+
+    from keel.worker.server import dev_record
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        real = dev_record._listens_once
+        readings: list[bool] = []
+
+        def skipping(pid: int, at: int) -> bool:
+            readings.append(real(pid, at))
+            return readings[-1] and len(readings) > 1  # the first reading missed the row
+
+        monkeypatch.setattr(dev_record, "_listens_once", skipping)
+        assert dev_record._listens(os.getpid(), port)
+        assert readings == [True, True]
+        readings.clear()
+        assert not dev_record._listens(os.getpid(), free_port())
+        assert readings == [False] * dev_record._LISTEN_LOOKS

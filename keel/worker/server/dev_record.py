@@ -18,6 +18,7 @@ import ipaddress
 import os
 import socket
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,9 @@ RECORD_FILE = "server.json"
 
 _PROC = Path("/proc")
 _LISTEN = "0A"
+# How often, and how far apart, a record's server is looked for among the listening sockets.
+_LISTEN_LOOKS = 3
+_LISTEN_PAUSE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,21 @@ def _flag(argv: list[str], name: str) -> str | None:
 
 
 def _listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds a socket listening on ``port`` of a loopback address."""
+    """Whether process ``pid`` holds a socket listening on ``port`` of a loopback address.
+
+    Looked for up to ``_LISTEN_LOOKS`` times: the kernel writes ``/proc/net/tcp`` a page at a
+    time, and on a machine that opens and closes many sockets a reading can skip a row (a
+    live server, read once, was taken for one that does not listen).
+    """
+    for look in range(_LISTEN_LOOKS):
+        if look:
+            time.sleep(_LISTEN_PAUSE_S)
+        if _listens_once(pid, port):
+            return True
+    return False
+
+
+def _listens_once(pid: int, port: int) -> bool:
     try:
         fds = os.listdir(_PROC / str(pid) / "fd")
     except OSError:

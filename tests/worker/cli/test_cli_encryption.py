@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from keel.worker.server.devserver import find_temporal_cli
-from tests.helpers.cli import ROOT, keel, keel_worker
+from tests.helpers.cli import ROOT, keel, keel_popen, keel_worker
 from tests.helpers.encryption import history_payload_data, json_payload_data, new_key, store_bytes
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
@@ -30,13 +29,14 @@ CANARY = "CANARY-7f3a9c"
 
 @contextmanager
 def codec_server(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keel.worker.cli", "codec-server", "--port", str(port)],
+    proc = keel_popen(
+        "codec-server",
+        "--port",
+        str(port),
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -176,13 +176,16 @@ def test_keel_run_says_why_a_worker_with_another_key_makes_no_progress(
     model = write_script(tmp_path / "s.json", [respond(text("hello"))])
     env = {**server_env, "KEEL_ENCRYPTION_KEY": new_key(), "KEEL_STORE": store}
     with keel_worker(env | {"KEEL_ENCRYPTION_KEY": new_key()}, SAMPLE_TOOLS):
-        run = subprocess.Popen(
-            [sys.executable, "-m", "keel.worker.cli", "run", "--model", model, "--progress", "hi"],
+        run = keel_popen(
+            "run",
+            "--model",
+            model,
+            "--progress",
+            "hi",
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
         guard = threading.Timer(90, run.kill)  # never wait forever for the line
         guard.start()

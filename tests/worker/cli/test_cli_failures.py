@@ -29,7 +29,7 @@ import pytest
 
 from keel.worker.cli.main import build_parser
 from keel.worker.server.devserver import find_temporal_cli
-from tests.helpers.cli import ROOT, keel, keel_env
+from tests.helpers.cli import ROOT, keel, keel_env, keel_popen
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
 
@@ -118,15 +118,7 @@ class Waiting:
 
     def __init__(self, args: Sequence[str], env: dict[str, str]) -> None:
         self.args = list(args)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "keel.worker.cli", *args],
-            env=env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = keel_popen(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

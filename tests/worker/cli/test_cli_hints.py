@@ -21,7 +21,7 @@ from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import find_temporal_cli
 from keel.worker.settings import Settings
 from keel.workflows.activity_options import MODEL_ACTIVITY
-from tests.helpers.cli import ROOT, keel, keel_env
+from tests.helpers.cli import ROOT, keel, keel_env, keel_popen
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 
 # a suggestion on a line of its own (indented, maybe followed by what it does), in backticks,
@@ -53,13 +53,12 @@ def run(words: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
 
 
 def watch(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keel.worker.cli", *args],
+    proc = keel_popen(
+        *args,
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()  # the session's first event

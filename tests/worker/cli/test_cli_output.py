@@ -8,7 +8,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.helpers.cli import ROOT, keel, keel_env
+from tests.helpers.cli import ROOT, keel, keel_env, keel_popen
 from tests.helpers.scripts import respond, text, write_script
 
 
@@ -28,13 +28,12 @@ def test_an_empty_reply_is_said_not_left_blank(
 
 def closed_pipe(*args: str, env: dict[str, str]) -> tuple[int, str]:
     """Run ``keel ARGS`` with its stdout a pipe nobody reads: closed before it writes."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keel.worker.cli", *args],
+    proc = keel_popen(
+        *args,
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()

@@ -24,7 +24,7 @@ import pytest
 from keel.worker.server.dev_record import record_path
 from keel.worker.server.devserver import DEFAULT_ADDRESS, address_reachable
 from keel.worker.server.records import records_dir, write_private
-from tests.helpers.cli import keel, keel_env
+from tests.helpers.cli import keel, keel_env, keel_popen
 from tests.helpers.scripts import SAMPLE_TOOLS, respond, text, tool_use, write_script
 from tests.helpers.temporal import free_port
 
@@ -173,13 +173,13 @@ def test_a_second_terminal_reads_and_approves_while_an_embedded_run_waits(
         assert f"in use by keel process {first.proc.pid}" in other.stderr, other.stderr
 
         # a follower that would never end by itself: it ends with the first terminal
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "keel.worker.cli", "watch", "both"],
+        watch = keel_popen(
+            "watch",
+            "both",
             env=env,
             cwd=folder,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
         approved = keel("approve", "both", interrupt["id"], env=env, cwd=folder)
         approved_at = time.monotonic()
