@@ -31,10 +31,18 @@ from keel.workflows.messages import (
 COMPLETING_STOP_REASONS = frozenset(
     {"end_turn", "stop_sequence", "guardrail_intervened", "content_filtered"}
 )
-MAX_TOKENS_ERROR = (
-    "the model reached its max_tokens limit before finishing; incomplete tool uses were "
-    "dropped, not run"
-)
+
+
+def max_tokens_error(cut_tool_uses: int) -> str:
+    """A turn's error when the model stopped at max_tokens, naming the tool uses not run.
+
+    Args:
+        cut_tool_uses: how many toolUse blocks the cut-off reply held (none were run).
+    """
+    said = "the model reached its max_tokens limit before finishing its reply"
+    if cut_tool_uses:
+        said += f"; its {cut_tool_uses} tool use(s), possibly incomplete, were not run"
+    return said
 
 
 def close_unexecuted(message: Message, why: str) -> Message:

@@ -62,9 +62,9 @@ with workflow.unsafe.imports_passed_through():
     from keel.workflows.current_details import current_details
     from keel.workflows.cycle import (
         COMPLETING_STOP_REASONS,
-        MAX_TOKENS_ERROR,
         close_unexecuted,
         id_conflicts,
+        max_tokens_error,
         results_message,
         turn_error,
     )
@@ -449,8 +449,9 @@ class AgentSession:
             ledger.end_turn(record, "failed", stop, error=error)
             return True
         if stop == "max_tokens":
+            error = max_tokens_error(len(uses))
             ledger.append(record, close_unexecuted(message, "max_tokens reached"))
-            ledger.end_turn(record, "failed", "max_tokens", error=MAX_TOKENS_ERROR)
+            ledger.end_turn(record, "failed", "max_tokens", error=error)
             return True
         ledger.append(record, close_unexecuted(message, f"stop reason {stop}"))
         if stop in COMPLETING_STOP_REASONS or stop == "tool_use":

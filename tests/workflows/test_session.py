@@ -272,7 +272,10 @@ async def test_max_tokens_recovery(keel: KeelClient, run_worker: RunWorker, scri
     await save_history(keel.client, session, "max_tokens")
 
     assert first.status == "failed" and first.stop_reason == "max_tokens"
-    assert first.error is not None and "max_tokens" in first.error
+    assert first.error == (
+        "the model reached its max_tokens limit before finishing its reply; its 1 tool "
+        "use(s), possibly incomplete, were not run"
+    )
     appended = state.messages[1]
     assert appended.role == "assistant" and not tool_uses(appended)
     assert appended.content[0].text == "I will call"
@@ -282,6 +285,21 @@ async def test_max_tokens_recovery(keel: KeelClient, run_worker: RunWorker, scri
     assert kinds.index("message_added", kinds.index("model_called")) < kinds.index("turn_ended")
     assert second.status == "completed"
     assert not any(e.type == "tool_started" for e in state.events)
+    no_dangling(state.messages)
+
+
+async def test_max_tokens_in_text_names_no_tool_use(
+    keel: KeelClient, run_worker: RunWorker, script: Script
+) -> None:
+    """A reply cut off in its text says so, and speaks of no tool use (there was none)."""
+    config = script([respond(text("a long answer that was cut"), stop="max_tokens")])
+    session = sid()
+    async with run_worker():
+        record = await keel.run(session, "long answer", config=config, timeout_s=30)
+        state = await keel.state(session)
+    assert record.status == "failed" and record.stop_reason == "max_tokens"
+    assert record.error == "the model reached its max_tokens limit before finishing its reply"
+    assert state.messages[1].content[0].text == "a long answer that was cut"
     no_dangling(state.messages)
 
 
