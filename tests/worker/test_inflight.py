@@ -104,6 +104,20 @@ async def until_model_call_runs(client: Client, session: str, deadline_s: float 
     raise AssertionError(f"the model call of {session} never started")
 
 
+async def until_journaled(env: dict[str, str], deadline_s: float = 30) -> list[Path]:
+    """The journals once one holds a running attempt.
+
+    Temporal says an attempt started when the worker's poll took it; the worker journals
+    it a moment later, as the interceptor runs it (a moment a loaded machine stretches).
+    """
+    end = time.monotonic() + deadline_s
+    while True:
+        journals = list(inflight_dir(env["XDG_STATE_HOME"]).glob("*.log"))
+        if any(left_running(j) for j in journals) or time.monotonic() > end:
+            return journals
+        await asyncio.sleep(0.1)
+
+
 async def model_attempts(client: Client, session: str) -> list[tuple[int, str]]:
     """Each model call's final attempt and the type of the failure before it ('' if none)."""
     found = []
@@ -123,7 +137,7 @@ async def test_a_restarted_worker_takes_back_its_dead_predecessors_call(
     workers.append(start_worker(env))
     session = await slow_turn(client, env, tmp_path)
     await until_model_call_runs(client, session)
-    journals = list(inflight_dir(env["XDG_STATE_HOME"]).glob("*.log"))
+    journals = await until_journaled(env)
     assert len(journals) == 1 and len(left_running(journals[0])) == 1, journals
     workers[0].send_signal(signal.SIGKILL)
     workers[0].wait(timeout=30)

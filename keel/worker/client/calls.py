@@ -61,9 +61,14 @@ NOTICE_EVERY_S = 30.0
 RETRY_PAUSE_S = 0.5
 # A live worker polls its task queue again within about a minute; an older last poll means gone.
 POLL_STALE_S = 70.0
+# A query that timed out while a worker polls is asked this many times more before the
+# reader hears that no worker answers: a worker on a loaded machine can be late, not gone.
+BUSY_ASKS_AGAIN = 1
 # How a query that no worker took ends: the caller's deadline or Temporal's passed first.
 _TIMED_OUT = frozenset({RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
 _DESCRIBE_TIMEOUT = timedelta(seconds=5)
+# How Temporal's FAILED_PRECONDITION says that no worker polls the session's queue.
+_NO_POLLER = "no poller seen"
 
 
 async def pollers(client: Client, task_queue: str) -> Pollers:
@@ -106,9 +111,18 @@ async def no_worker(
         return None
     workers = await pollers(client, task_queue)
     recent = workers.last_poll_s is not None and workers.last_poll_s < POLL_STALE_S
-    if err.status == RPCStatusCode.FAILED_PRECONDITION and recent:
+    # Temporal's "no poller seen for task queue recently" means no worker whatever the
+    # last poll the queue's description shows (a worker stopped within POLL_STALE_S)
+    saw_none = _NO_POLLER in err.message
+    if err.status == RPCStatusCode.FAILED_PRECONDITION and recent and not saw_none:
         return None
     return NoWorker(session_id, workers, err.message)
+
+
+def _late(err: RPCError, missing: NoWorker) -> bool:
+    """Whether a query timed out while a worker polls the queue: late rather than gone."""
+    last = missing.workers.last_poll_s
+    return err.status in _TIMED_OUT and last is not None and last < POLL_STALE_S
 
 
 def _cancelling() -> bool:
@@ -293,8 +307,10 @@ class SessionCaller:
         """Send a query or update, which a worker must answer, and wait for the answer.
 
         A query that no worker answers raises ``NoWorker``, or is sent again when
-        ``wait_for_worker`` is set. An update waits as long as Temporal keeps it. Meanwhile
-        ``on_waiting`` hears of the wait (see ``__init__``).
+        ``wait_for_worker`` is set; one that timed out while a worker polls the queue is
+        sent ``BUSY_ASKS_AGAIN`` more times first (a loaded worker is late, not gone). An
+        update waits as long as Temporal keeps it. Meanwhile ``on_waiting`` hears of the
+        wait (see ``__init__``).
 
         Raises:
             NoWorker: no worker answered the query.
@@ -304,6 +320,7 @@ class SessionCaller:
             RequestRejected: the session refused the update.
         """
         notices = asyncio.create_task(self._notices(session_id)) if self.on_waiting else None
+        late = 0
         try:
             while True:
                 try:
@@ -318,6 +335,10 @@ class SessionCaller:
                     missing = await no_worker(self.client, session_id, queue, err)
                     if missing is None:
                         raise
+                    if _late(err, missing) and late < BUSY_ASKS_AGAIN:
+                        late += 1
+                        logger.info("%s; a worker polls, so asking again", missing)
+                        continue
                     if not self.wait_for_worker:
                         raise missing from err
                     logger.info("%s; asking again", missing)

@@ -35,6 +35,16 @@ SESSION_TYPE = "AgentSession"
 REGISTER_WAIT_S = 30.0
 _REGISTER_POLL_S = 0.2
 _BUSY_PAUSE_MAX_S = 2.0
+# Temporal's answers to a deployment request that a later try may not get: busy, cancelled
+# (seen under a loaded dev server: "operation was canceled"), timed out, unreachable.
+_ASK_AGAIN = frozenset(
+    {
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+    }
+)
 _STATUS_PREFIX = "WORKER_DEPLOYMENT_VERSION_STATUS_"
 
 
@@ -252,8 +262,9 @@ async def make_first_version_current(
         try:
             routing = await _claim_once(client, version)
         except RPCError as err:
-            # the deployment's own workflow takes few requests at once: ask again a bit later
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+            # the deployment's own workflow takes few requests at once, and a loaded server
+            # cancels or times out some: ask again a bit later
+            if err.status not in _ASK_AGAIN:
                 raise
             routing = None
             pause = min(pause * 2, _BUSY_PAUSE_MAX_S)
