@@ -54,6 +54,13 @@ def keel(
     server = _prefork_server()
     if server is not None and server.serves(env, cwd):
         return server.run(list(args), env, cwd, timeout)
+    return keel_alone(*args, env=env, cwd=cwd, timeout=timeout)
+
+
+def keel_alone(
+    *args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run ``keel ARGS`` to completion in a new Python process (which imports everything)."""
     return subprocess.run(
         [sys.executable, "-m", "keel.worker.cli", *args],
         env=env,

@@ -16,21 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import ROOT, _prefork_server, keel, keel_env, keel_popen
+from tests.helpers.cli import ROOT, _prefork_server, keel, keel_alone, keel_env, keel_popen
 from tests.helpers.cli_prefork import ForkedProcess
 from tests.worker.conftest import until_polled
-
-
-def real(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "keel.worker.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
 
 COMMANDS = [
     ["--help"],
@@ -48,7 +36,7 @@ def test_a_forked_command_is_the_command(args: list[str], tmp_path: Path) -> Non
     env.pop("TEMPORAL_ADDRESS")
     assert _prefork_server() is not None
     forked = keel(*args, env=env, cwd=tmp_path)
-    alone = real(*args, env=env, cwd=tmp_path)
+    alone = keel_alone(*args, env=env, cwd=tmp_path)
     assert (forked.returncode, forked.stdout, forked.stderr) == (
         alone.returncode,
         alone.stdout,
