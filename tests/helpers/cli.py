@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,17 +28,27 @@ def keel_env(**extra: str) -> dict[str, str]:
 
 
 _prefork: PreforkServer | None = None
+_prefork_failed: str | None = None
 _prefork_lock = threading.Lock()
 
 
 def _prefork_server() -> PreforkServer | None:
-    """This test process's prefork server, started at first use; None with KEEL_TEST_PREFORK=0."""
-    global _prefork
-    if os.environ.get("KEEL_TEST_PREFORK", "1") == "0":
+    """This test process's prefork server, started at first use.
+
+    None with KEEL_TEST_PREFORK=0, or when it could not start: commands then run as
+    processes of their own, slower but the same (``test_cli_prefork`` fails on that).
+    """
+    global _prefork, _prefork_failed
+    if os.environ.get("KEEL_TEST_PREFORK", "1") == "0" or _prefork_failed is not None:
         return None
     with _prefork_lock:
         if _prefork is None or _prefork.proc.poll() is not None:
-            _prefork = PreforkServer(ROOT, keel_env())
+            try:
+                _prefork = PreforkServer(ROOT, keel_env())
+            except RuntimeError as err:
+                _prefork_failed = str(err)
+                warnings.warn(f"keel commands run unforked: {err}", stacklevel=2)
+                return None
             atexit.register(_prefork.close)
         return _prefork
 

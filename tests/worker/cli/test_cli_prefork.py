@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import cli
 from tests.helpers.cli import ROOT, _prefork_server, keel, keel_alone, keel_env, keel_popen
 from tests.helpers.cli_prefork import ForkedProcess
 from tests.worker.conftest import until_polled
@@ -34,7 +35,7 @@ COMMANDS = [
 def test_a_forked_command_is_the_command(args: list[str], tmp_path: Path) -> None:
     env = keel_env(KEEL_HOME=str(tmp_path / "home"), TEMPORAL_ADDRESS="")
     env.pop("TEMPORAL_ADDRESS")
-    assert _prefork_server() is not None
+    assert _prefork_server() is not None, cli._prefork_failed
     forked = keel(*args, env=env, cwd=tmp_path)
     alone = keel_alone(*args, env=env, cwd=tmp_path)
     assert (forked.returncode, forked.stdout, forked.stderr) == (
