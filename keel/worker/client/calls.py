@@ -110,19 +110,22 @@ async def no_worker(
     if err.status not in _TIMED_OUT and err.status != RPCStatusCode.FAILED_PRECONDITION:
         return None
     workers = await pollers(client, task_queue)
-    recent = workers.last_poll_s is not None and workers.last_poll_s < POLL_STALE_S
     # Temporal's "no poller seen for task queue recently" means no worker whatever the
     # last poll the queue's description shows (a worker stopped within POLL_STALE_S)
     saw_none = _NO_POLLER in err.message
-    if err.status == RPCStatusCode.FAILED_PRECONDITION and recent and not saw_none:
+    if err.status == RPCStatusCode.FAILED_PRECONDITION and _polled(workers) and not saw_none:
         return None
     return NoWorker(session_id, workers, err.message)
 
 
+def _polled(workers: Pollers) -> bool:
+    """Whether a worker polled the queue within ``POLL_STALE_S``: one runs, or just did."""
+    return workers.last_poll_s is not None and workers.last_poll_s < POLL_STALE_S
+
+
 def _late(err: RPCError, missing: NoWorker) -> bool:
     """Whether a query timed out while a worker polls the queue: late rather than gone."""
-    last = missing.workers.last_poll_s
-    return err.status in _TIMED_OUT and last is not None and last < POLL_STALE_S
+    return err.status in _TIMED_OUT and _polled(missing.workers)
 
 
 def _cancelling() -> bool:
