@@ -63,7 +63,7 @@ def keel(
     the 2 s of imports. An environment that changes how Python starts gets a new process.
     """
     server = _prefork_server()
-    if server is not None and server.serves(env, cwd):
+    if server is not None and server.serves(env):
         return server.run(list(args), env, cwd, timeout)
     return keel_alone(*args, env=env, cwd=cwd, timeout=timeout)
 
@@ -91,7 +91,7 @@ def keel_popen(
     ``stdout`` and ``stderr`` (DEVNULL by default, PIPE, a file or a descriptor).
     """
     server = _prefork_server()
-    if server is not None and server.serves(env, cwd):
+    if server is not None and server.serves(env):
         return server.popen(list(args), env, cwd, **streams)
     for name in ("stdin", "stdout", "stderr"):
         streams.setdefault(name, subprocess.DEVNULL)

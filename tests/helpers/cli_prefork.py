@@ -13,8 +13,9 @@ The server forks twice per command: a waiter, which reports the command's pid an
 exit status on the connection, and the command itself. The server never starts a thread, so
 forking it is safe; it refuses to serve if an import did start one.
 
-``python3 -m tests.helpers.cli_prefork SOCKET`` runs the server (``PreforkServer.start``
-starts it); ``PreforkServer.run`` runs one command through it.
+``python3 -m tests.helpers.cli_prefork SOCKET`` runs the server (``PreforkServer()`` starts
+it); ``PreforkServer.run`` runs one command through it to its end, ``PreforkServer.popen``
+starts one (a ``ForkedProcess``).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class PreforkServer:
             self.proc.kill()
             raise RuntimeError(f"the prefork server did not start (said {ready!r})")
 
-    def serves(self, env: dict[str, str], cwd: Path) -> bool:
+    def serves(self, env: dict[str, str]) -> bool:
         """Whether a command with ``env`` runs as it would in a process of its own."""
         return self.proc.poll() is None and _startup_env(env) == self.startup
 
@@ -205,57 +206,17 @@ class PreforkServer:
         self, args: list[str], env: dict[str, str], cwd: Path, timeout: float
     ) -> subprocess.CompletedProcess[str]:
         """Run ``keel ARGS`` forked; as ``subprocess.run(..., capture_output=True, text=True)``."""
-        cmd = [sys.executable, "-m", "keel.worker.cli", *args]
-        request = self.request(args, env, cwd)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        proc = self.popen(args, env, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            conn.connect(self.path)
-            socket.send_fds(conn, [request], [null, out_w, err_w])
-        finally:
-            for fd in (null, out_w, err_w):
-                os.close(fd)
-        deadline = time.monotonic() + timeout
-        pid: int | None = None
-        killed = False
-        outputs = {out_r: b"", err_r: b""}
-        report = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(out_r, selectors.EVENT_READ)
-            sel.register(err_r, selectors.EVENT_READ)
-            sel.register(conn, selectors.EVENT_READ)
-            while sel.get_map():
-                left = deadline - time.monotonic()
-                if killed and left < -_AFTER_KILL_S:
-                    break  # what the command started holds its streams open
-                if left <= 0 and not killed:
-                    if pid is not None:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                    killed = True
-                for key, _ in sel.select(timeout=max(left, 0.1) if not killed else 1.0):
-                    if key.fileobj is conn:
-                        chunk = conn.recv(4096)
-                        report += chunk
-                        if pid is None and b"\n" in report:
-                            pid = int(report.split(b"\n", 1)[0])
-                    else:
-                        chunk = os.read(key.fd, 65536)
-                        outputs[key.fd] += chunk
-                    if not chunk:
-                        sel.unregister(key.fileobj)
-        conn.close()
-        os.close(out_r)
-        os.close(err_r)
-        lines = report.split(b"\n")
-        stdout, stderr = _text(outputs[out_r]), _text(outputs[err_r])
-        if killed:
-            raise subprocess.TimeoutExpired(cmd, timeout, output=stdout, stderr=stderr)
-        if len(lines) < 2 or not lines[1]:
-            raise RuntimeError(f"the prefork server lost command {args!r}: {report!r}")
-        return subprocess.CompletedProcess(cmd, int(lines[1]), stdout, stderr)
+            out, err = proc.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # what it started may hold
+                proc.communicate(_AFTER_KILL_S)  # its streams open: read on a while, no more
+            out, err = proc.read_so_far()
+            raise subprocess.TimeoutExpired(proc.args, timeout, output=out, stderr=err) from None
+        assert proc.returncode is not None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out or "", err or "")
 
 
 class ForkedProcess:
@@ -304,6 +265,7 @@ class ForkedProcess:
         finally:
             for fd in to_close:
                 os.close(fd)
+        self._read = {"stdout": b"", "stderr": b""}  # what communicate has read
         self._report = b""
         while b"\n" not in self._report:
             chunk = self._conn.recv(64)
@@ -354,13 +316,38 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
-        """Read stdout and stderr to their end, then wait; as ``Popen.communicate``."""
-        if self.stdin is not None:
+        """Read stdout and stderr to their end together, then wait; as ``Popen.communicate``.
+
+        After ``timeout``, ``subprocess.TimeoutExpired``; what was read is kept for the next
+        call (and ``read_so_far``), and the command runs on.
+        """
+        if self.stdin is not None and not self.stdin.closed:
             self.stdin.close()
-        out = self.stdout.read() if self.stdout is not None else None
-        err = self.stderr.read() if self.stderr is not None else None
-        self.wait(timeout)
-        return out, err
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            for name, stream in (("stdout", self.stdout), ("stderr", self.stderr)):
+                if stream is not None and not stream.closed:
+                    sel.register(stream.fileno(), selectors.EVENT_READ, name)
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout or 0)
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if chunk:
+                        self._read[key.data] += chunk
+                    else:
+                        sel.unregister(key.fd)
+                        getattr(self, key.data).close()
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0))
+        return self.read_so_far()
+
+    def read_so_far(self) -> tuple[str | None, str | None]:
+        """What ``communicate`` has read of stdout and stderr (None: not a pipe)."""
+        return (
+            _text(self._read["stdout"]) if self.stdout is not None else None,
+            _text(self._read["stderr"]) if self.stderr is not None else None,
+        )
 
     def __enter__(self) -> ForkedProcess:
         """The process itself."""
