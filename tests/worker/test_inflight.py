@@ -165,6 +165,7 @@ async def test_a_worker_beside_a_dead_one_takes_back_its_call(
     await until_pollers(client, env["KEEL_TASK_QUEUE"], 2)
     session = await slow_turn(client, env, tmp_path)
     await until_model_call_runs(client, session)
+    await until_journaled(env)
     running = await running_on(client, session, workers)
     running.send_signal(signal.SIGKILL)
     running.wait(timeout=30)
@@ -243,6 +244,7 @@ async def test_a_live_workers_call_is_left_alone(
     workers.append(start_worker(env))
     session = await slow_turn(client, env, tmp_path)
     await until_model_call_runs(client, session)
+    assert any(left_running(j) for j in await until_journaled(env))  # there is one to take
     # another worker starts beside it, as a fleet scales: it must not take the running call
     assert await reclaim_lost(client, env["XDG_STATE_HOME"]) == 0
     workers.append(start_worker(env))
