@@ -398,6 +398,9 @@ async def test_the_server_killed_mid_stream(
     assert "Traceback" not in log and "will retry" not in log
 
 
+# the turn has 120 s of its own (keel.run below); pytest's default 120 s for the whole test
+# ran out first once in a full run (85-100 s before it: some 4,000 tokens to read on 2 cores)
+@pytest.mark.timeout(300)
 async def test_a_conversation_past_the_context_window_is_trimmed_not_failed(
     keel: KeelClient, real_model: LlamaServer, lane_worker: Any
 ) -> None:
