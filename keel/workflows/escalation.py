@@ -66,16 +66,21 @@ def next_step(
 def escalate(config: SessionConfig, interrupt: Interrupt, now: datetime) -> EscalationStep:
     """Take the interrupt's next step: its approvers may decide it from now on.
 
+    The step is recorded as come at ``now``, never before it was due: a query answered by a
+    worker that replays the history from the start, while the task that the step's timer
+    scheduled has not started yet, sees the timer fired with the time of the task before
+    (the one that opened the interrupt) as ``workflow.now()``.
+
     Raises:
         ValueError: it has no step left (a caller's bug).
     """
     coming = next_step(config, interrupt)
     if coming is None:
         raise ValueError(f"interrupt {interrupt.id!r} has no escalation step left")
-    step = coming[0]
+    step, due = coming
     interrupt.escalated += 1
     interrupt.escalated_to = [*interrupt.escalated_to, *step.approvers]
-    interrupt.escalated_at = now.isoformat()
+    interrupt.escalated_at = max(now, due).isoformat()
     _show_next(config, interrupt)
     return step
 

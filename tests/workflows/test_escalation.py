@@ -394,6 +394,25 @@ def test_keel_pending_and_the_page_say_who_decides_and_the_next_step() -> None:
     assert view.next_step == "boss at 2026-01-01T00:02:00+00:00"
 
 
+def test_a_step_never_reads_as_come_before_it_was_due() -> None:
+    """A query replay whose last task has not started sees the timer with the older clock."""
+    from keel.workflows.escalation import escalate, started
+
+    config = _parent(escalate=[{"after_s": 4, "approvers": ["lead"]}])
+    interrupt = Interrupt(
+        id="i1",
+        tool_use={"toolUseId": "t1", "name": "refund", "input": {}},
+        name="refund",
+        reason="r",
+        turn=1,
+    )
+    opened = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
+    started(config, interrupt, opened)
+    escalate(config, interrupt, opened)  # the clock of the task that opened it
+    assert interrupt.escalated_at == "2026-01-01T00:00:04+00:00"
+    assert waited(interrupt) == 4
+
+
 def test_keel_watch_and_run_show_the_step() -> None:
     from keel.worker.cli.follow import event_details, progress_line
     from keel.workflows.contracts import Event
