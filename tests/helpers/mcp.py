@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -19,6 +20,8 @@ from keel.activities.mcp import McpServerConfig, parse_mcp_spec
 
 NPM_CACHE = Path(os.environ.get("KEEL_TEST_NPM_CACHE", Path.home() / ".cache" / "keel-test-npm"))
 EVERYTHING = "@modelcontextprotocol/server-everything"
+# written into NPM_CACHE once npm installed EVERYTHING and all it needs
+INSTALLED = ".everything-installed"
 
 
 def time_server(name: str = "time", **options: object) -> McpServerConfig:
@@ -70,23 +73,37 @@ def free_port() -> int:
 
 
 def everything_entry() -> Path:
-    """server-everything's entry point, installed into a cache dir with npm when missing."""
+    """server-everything's entry point, installed into a cache dir with npm when missing.
+
+    One install at a time (the suite's processes share the cache dir: two ``npm install``
+    into one prefix, or a test starting the server while another's install still writes its
+    dependencies, left a tree without ``dunder-proto/get.js``), and an install counts only
+    once npm said it succeeded (``INSTALLED``): a tree without that mark is installed again,
+    from scratch.
+    """
     entry = NPM_CACHE / "node_modules" / EVERYTHING / "dist" / "index.js"
-    if entry.exists():
+    installed = NPM_CACHE / INSTALLED
+    if installed.exists() and entry.exists():
         return entry
     if shutil.which("npm") is None or shutil.which("node") is None:
         pytest.skip("node and npm are needed for server-everything")
     NPM_CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(NPM_CACHE), EVERYTHING],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode != 0 or not entry.exists():
-        pytest.skip(
-            f"npm could not install {EVERYTHING} (registry unreachable?): {done.stderr[-500:]}"
+    with (NPM_CACHE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if installed.exists() and entry.exists():
+            return entry  # another process installed it while this one waited
+        shutil.rmtree(NPM_CACHE / "node_modules", ignore_errors=True)
+        done = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(NPM_CACHE), EVERYTHING],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
+        if done.returncode != 0 or not entry.exists():
+            pytest.skip(
+                f"npm could not install {EVERYTHING} (registry unreachable?): {done.stderr[-500:]}"
+            )
+        installed.write_text(EVERYTHING + "\n")
     return entry
 
 

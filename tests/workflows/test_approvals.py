@@ -445,4 +445,4 @@ async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
     calls.clear()
     with pytest.raises(RequestRejected, match="UnknownInterrupt"):
         await _settling(rejecting("UnknownInterrupt", 99))
-    assert len(calls) == 6  # a truly unknown id is refused after about 1.5 s
+    assert len(calls) == 7  # a truly unknown id is refused after about 3 s

@@ -168,8 +168,10 @@ async def call_session(session_id: str, call: Awaitable[T]) -> T:
 # has run: it replays the events the server has, the model call's result among them, while the
 # task that will process that result is still waiting. A request sent at once joins that task,
 # and Temporal validates it before the result, so what it names is not there yet. Rejected
-# updates write nothing, so the same request is sent again, a few times, over about 1.5 s.
-SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+# updates write nothing, so the same request is sent again, a few times, over about 3 s: after
+# a worker died, that task waits a second on the dead worker's sticky queue (the plugin's
+# sticky schedule-to-start timeout) before another worker takes it.
+SETTLE_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 async def settling(send: Callable[[], Awaitable[T]], kind: str) -> T:
