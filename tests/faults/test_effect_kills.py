@@ -23,6 +23,7 @@ from keel import Decision, TurnRecord
 from keel.worker.client.errors import NoWorker
 from tests.fault_tools import read_attempts, read_effects
 from tests.faults.harness import Run, respond, text
+from tests.helpers.temporal import raw_decide
 
 pytestmark = pytest.mark.timeout(400)
 HOLD_S = 6.0  # how long the tool stays at its kill point, so the kill lands there
@@ -179,7 +180,7 @@ async def _scenario(client: Any, address: str, workdir: Path, case: Case) -> Fou
                     result="refund w1 went through (seen in the bank's console)",
                     approver="alice",
                 )
-            await handle.execute_update("decide", decision)
+            await raw_decide(handle, "decide", decision)
             record = await _turn(run, ack.turn_id)
         if record.status != "completed":
             found.errors.append(f"turn ended {record.status}: {record.error}")

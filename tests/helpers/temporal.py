@@ -9,10 +9,13 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from keel.worker.client.calls import SETTLE_DELAYS_S
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import find_temporal_cli, free_ports
 from keel.workflows.status_attribute import KEEL_STATUS
@@ -105,3 +108,22 @@ async def temporal_cli(env: WorkflowEnvironment, *args: str) -> subprocess.Compl
         text=True,
         timeout=60,
     )
+
+
+async def raw_decide(handle: WorkflowHandle[Any, Any], update: str, message: object) -> Any:
+    """A ``decide``/``respond`` update sent by a raw client, again while ``UnknownInterrupt``.
+
+    As ``KeelClient`` does (``keel.worker.client.calls.SETTLE_DELAYS_S``): a query may show an
+    interrupt while the task that opens it still waits (a second on a dead worker's sticky
+    queue), and an update joining that task is validated before the tool's result.
+    """
+    for delay in (*SETTLE_DELAYS_S, None):
+        try:
+            return await handle.execute_update(update, message)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if delay is None or not (
+                isinstance(cause, ApplicationError) and cause.type == "UnknownInterrupt"
+            ):
+                raise
+        await asyncio.sleep(delay)

@@ -25,7 +25,7 @@ from keel.workflows.contracts import SessionConfig
 from tests.fault_tools import read_attempts, read_effects, read_runs
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import save_history
+from tests.helpers.temporal import raw_decide, save_history
 from tests.workflows.test_session import no_dangling, result_texts
 
 TOOLS = ["tests.fault_tools"]
@@ -61,7 +61,7 @@ async def unknown_outcome(keel: KeelClient, session: str, turn: int) -> Interrup
 
 async def decide(keel: KeelClient, session: str, decision: Decision) -> Any:
     handle = keel.client.get_workflow_handle(session)
-    return await handle.execute_update("decide", decision)
+    return await raw_decide(handle, "decide", decision)
 
 
 async def test_a_write_tool_after_a_crash_asks_and_resolve_records_the_result(
