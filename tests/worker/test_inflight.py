@@ -255,7 +255,7 @@ async def test_a_live_workers_call_is_left_alone(
 
 
 def test_the_journal_keeps_what_runs_and_starts_over_when_nothing_does(tmp_path: Path) -> None:
-    kept = InflightJournal(tmp_path / "inflight", "default")
+    kept = InflightJournal(tmp_path / "inflight", inflight.server_key("here:7233", "default"))
     kept.started(b"one")
     kept.started(b"two")
     kept.ended(b"one")
@@ -288,7 +288,7 @@ async def test_hostile_and_broken_journals_are_ignored(
 ) -> None:
     directory = inflight_dir(tmp_path)
     directory.mkdir(parents=True, mode=0o700)
-    namespace = inflight._namespace_key(client.namespace)
+    namespace = inflight.client_server_key(client)
     dead = JournalName(inflight._boot_key(), 999_999_999, 1, namespace)
     # a dead worker's journal: garbage lines, and a token Temporal does not know
     (directory / dead.file).write_bytes(
@@ -305,3 +305,20 @@ async def test_hostile_and_broken_journals_are_ignored(
     assert not (directory / dead.file).exists()  # read, passed over, removed
     assert target.read_text() == "keep me"
     assert (directory / "notes.txt").exists()
+
+
+async def test_a_dead_workers_journal_of_another_server_is_left_to_that_servers_workers(
+    client: Client, tmp_path: Path
+) -> None:
+    """Two dev servers on one machine both have a ``default`` namespace: a worker of one must
+    not take (and lose) what a dead worker of the other left running, whose tokens it cannot
+    give back; a worker of that other server still finds it."""
+    directory = inflight_dir(tmp_path)
+    directory.mkdir(parents=True, mode=0o700)
+    other = inflight.server_key("127.0.0.1:1", client.namespace)
+    assert other != inflight.client_server_key(client)
+    dead = JournalName(inflight._boot_key(), 999_999_997, 1, other)
+    (directory / dead.file).write_bytes(b"+" + base64.b64encode(b"a token of the other") + b"\n")
+    assert await reclaim_lost(client, tmp_path) == 0
+    assert (directory / dead.file).exists()
+    assert left_running(directory / dead.file) == [b"a token of the other"]

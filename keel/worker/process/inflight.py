@@ -5,7 +5,9 @@ heartbeat timeout passes, and each heartbeat that keeps a live attempt alive is 
 Temporal Cloud Action). Keel's workers also keep a journal of the attempts they run: a line
 when one starts and one when it ends, in the user's state directory
 (``$XDG_STATE_HOME/keel/inflight/``, default ``~/.local/state``), one file per worker process
-and namespace. A worker that starts reads the journals of processes that are gone (their pid,
+and Temporal server (its address and namespace: two dev servers on one machine both have a
+``default`` namespace, and a task token of one means nothing to the other). A worker that
+starts reads the journals of processes that are gone (their pid,
 start time and boot no longer run) and fails each attempt they left running
 (``RespondActivityTaskFailed`` with its task token; error type ``KeelWorkerLost``, which
 retries). Temporal retries it at once, as after a heartbeat timeout: a model call is asked
@@ -62,7 +64,7 @@ INFLIGHT_DIR = Path("keel") / "inflight"
 RECLAIM_EVERY_S = 1.0
 # A journal is emptied when nothing runs and it has grown past this.
 COMPACT_BYTES = 256 * 1024
-# Journals of other namespaces' dead workers older than this are removed by any worker.
+# Journals of dead workers of other servers older than this are removed by any worker.
 FORGET_AFTER_S = 7 * 24 * 3600.0
 _RPC_TIMEOUT = timedelta(seconds=5)
 _GONE = frozenset({RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT})
@@ -73,8 +75,19 @@ def inflight_dir(state_home: str | os.PathLike[str]) -> Path:
     return Path(state_home) / INFLIGHT_DIR
 
 
-def _namespace_key(namespace: str) -> str:
-    return hashlib.sha256(namespace.encode()).hexdigest()[:16]
+# The server address of each namespace this process's workers reclaim for (``reclaiming``):
+# what a ``def`` activity, which has no client to ask, is journaled under.
+_targets: dict[str, str] = {}
+
+
+def server_key(target: str, namespace: str) -> str:
+    """A journal's server, in its file name: the server's address and the namespace, hashed."""
+    return hashlib.sha256(f"{target}\n{namespace}".encode()).hexdigest()[:16]
+
+
+def client_server_key(client: Client) -> str:
+    """``server_key`` of the server and namespace ``client`` talks to."""
+    return server_key(client.service_client.config.target_host, client.namespace)
 
 
 def _boot_key() -> str:
@@ -89,17 +102,17 @@ def _boot_key() -> str:
 
 @dataclass(frozen=True)
 class JournalName:
-    """What a journal's file name says: whose it is (boot, pid, start time) and namespace."""
+    """What a journal's file name says: whose it is (boot, pid, start time) and its server."""
 
     boot: str
     pid: int
     started: int
-    namespace: str
+    server: str
 
     @property
     def file(self) -> str:
-        """``BOOT.PID.START.NAMESPACE.log``."""
-        return f"{self.boot}.{self.pid}.{self.started}.{self.namespace}.log"
+        """``BOOT.PID.START.SERVER.log`` (``SERVER``: ``server_key``)."""
+        return f"{self.boot}.{self.pid}.{self.started}.{self.server}.log"
 
     @classmethod
     def parse(cls, name: str) -> JournalName | None:
@@ -117,15 +130,12 @@ class JournalName:
 
 
 class InflightJournal:
-    """This process's journal of the activity attempts it runs in one namespace."""
+    """This process's journal of the activity attempts it runs for one server's namespace."""
 
-    def __init__(self, directory: Path, namespace: str) -> None:
-        """Name the file; it is made with the first attempt."""
+    def __init__(self, directory: Path, server: str) -> None:
+        """Name the file (``server``: ``server_key``); it is made with the first attempt."""
         me = os.getpid()
-        self.path = (
-            directory
-            / JournalName(_boot_key(), me, started_at(me) or 0, _namespace_key(namespace)).file
-        )
+        self.path = directory / JournalName(_boot_key(), me, started_at(me) or 0, server).file
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._running = 0
@@ -181,13 +191,13 @@ _journals: dict[tuple[Path, str], InflightJournal] = {}
 _journals_lock = threading.Lock()
 
 
-def journal(directory: Path, namespace: str) -> InflightJournal:
-    """The process's journal for ``namespace`` in ``directory`` (one per process and pair)."""
-    key = (directory, namespace)
+def journal(directory: Path, server: str) -> InflightJournal:
+    """The process's journal for ``server`` in ``directory`` (one per process and pair)."""
+    key = (directory, server)
     with _journals_lock:
         found = _journals.get(key)
         if found is None:
-            found = _journals[key] = InflightJournal(directory, namespace)
+            found = _journals[key] = InflightJournal(directory, server)
         return found
 
 
@@ -210,7 +220,11 @@ class _Journaled(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
-        kept = journal(self._directory, info.namespace)
+        try:
+            target = activity.client().service_client.config.target_host
+        except RuntimeError:  # a ``def`` activity has no client: its worker's, as reclaiming saw it
+            target = _targets.get(info.namespace, "")
+        kept = journal(self._directory, server_key(target, info.namespace))
         kept.started(info.task_token)
         try:
             return await self.next.execute_activity(input)
@@ -254,6 +268,7 @@ async def reclaiming(client: Client, state_home: str | os.PathLike[str]) -> Asyn
     back before it polls, and what a worker beside it on this machine leaves when it dies, a
     moment later.
     """
+    _targets[client.namespace] = client.service_client.config.target_host
     await reclaim_lost(client, state_home)
 
     async def again() -> None:
@@ -269,7 +284,7 @@ async def reclaiming(client: Client, state_home: str | os.PathLike[str]) -> Asyn
 
 
 async def reclaim_lost(client: Client, state_home: str | os.PathLike[str]) -> int:
-    """Fail the attempts that dead workers of ``client``'s namespace left running.
+    """Fail the attempts that dead workers of ``client``'s server and namespace left running.
 
     A worker calls it as it starts, before it polls, then now and then (``reclaiming``).
 
@@ -277,7 +292,7 @@ async def reclaim_lost(client: Client, state_home: str | os.PathLike[str]) -> in
         How many attempts Temporal took back (those it still knew).
     """
     directory = inflight_dir(state_home)
-    namespace = _namespace_key(client.namespace)
+    server = client_server_key(client)
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -288,7 +303,7 @@ async def reclaim_lost(client: Client, state_home: str | os.PathLike[str]) -> in
         if parsed is None or parsed.runs():
             continue
         path = directory / name
-        if parsed.namespace != namespace:
+        if parsed.server != server:
             _forget_if_old(path)
             continue
         claimed = directory / f".{name}.{os.getpid()}"
@@ -340,7 +355,7 @@ def _claimed_by_the_dead(name: str) -> str:
 
 
 def _forget_if_old(path: Path) -> None:
-    """Remove a dead worker's journal of another namespace once it is old."""
+    """Remove a dead worker's journal of another server once it is old."""
     with contextlib.suppress(OSError):
         if time.time() - path.lstat().st_mtime > FORGET_AFTER_S:
             path.unlink()
