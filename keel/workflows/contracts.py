@@ -198,7 +198,7 @@ class SessionConfig(KeelModel):
             ends (``keel.workflows.notifications``); a failed POST never stops the session.
         heartbeat_timeout_s: how long a running model call or tool run may go without a
             heartbeat before Temporal deems its worker lost and retries it on another;
-            None: Keel's default, 2 s (``keel.workflows.activity_options.HEARTBEAT_TIMEOUT``).
+            None: Keel's default, 30 s (``keel.workflows.activity_options.HEARTBEAT_TIMEOUT``).
             Each running activity heartbeats three times per timeout, at most 10 s apart. A
             worker restarted where a dead one ran, or running beside it, takes its attempts
             back at once whatever this is (``keel.worker.process.inflight``).

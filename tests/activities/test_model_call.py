@@ -185,13 +185,14 @@ async def test_cancelling_the_activity_cancels_an_async_provider() -> None:
 
 
 def test_a_longer_heartbeat_timeout_means_fewer_heartbeats() -> None:
-    """Three beats per timeout, at most 10 s apart: 0.67 s at the 2 s default, 10 s at 30 s."""
+    """Three beats per timeout, at most 10 s apart: 0.67 s at 2 s, 10 s at the 30 s default."""
     from datetime import timedelta
 
     from keel.workflows.activity_options import HEARTBEAT_TIMEOUT, heartbeat_every_s
 
     every = model_call.HEARTBEAT_EVERY_S
-    assert heartbeat_every_s(HEARTBEAT_TIMEOUT, every) == pytest.approx(2 / 3)
+    assert heartbeat_every_s(HEARTBEAT_TIMEOUT, every) == pytest.approx(10.0)
+    assert heartbeat_every_s(timedelta(seconds=2), every) == pytest.approx(2 / 3)
     assert heartbeat_every_s(timedelta(seconds=9), every) == pytest.approx(3.0)
     assert heartbeat_every_s(timedelta(seconds=30), every) == pytest.approx(10.0)
     assert heartbeat_every_s(timedelta(seconds=600), every) == pytest.approx(10.0)

@@ -3,7 +3,7 @@
 ``python -m tests.benchmarks.heartbeats`` prints the price of quick crash recovery, legacy
 timeouts against today's. Here it runs with two sessions: every figure comes for both sides
 and as their ratio, every turn completes, and the server counted more heartbeats per running
-tool under today's 2 s heartbeat timeout than under the legacy 10 s one.
+tool under issue 23's 2 s heartbeat timeout than under the legacy 10 s one.
 """
 
 from __future__ import annotations

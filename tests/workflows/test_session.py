@@ -579,7 +579,7 @@ async def test_activities_carry_the_sessions_heartbeat_timeout(
             record = await keel.run(session, "go", config=config, timeout_s=30)
             assert record.status == "completed"
     await save_history(keel.client, own, "session_heartbeat_timeout")
-    for session, seconds in ((own, 2.5), (default, 2.0)):
+    for session, seconds in ((own, 2.5), (default, 30.0)):
         history = await keel.client.get_workflow_handle(session).fetch_history()
         scheduled = [
             e.activity_task_scheduled_event_attributes

@@ -178,7 +178,7 @@ def add_session_flags(cmd: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="how long a model call or tool may go unheard from before it is run again "
-        "elsewhere (default 2; longer heartbeats less: fewer Temporal Cloud Actions)",
+        "elsewhere (default 30; shorter heartbeats more: more Temporal Cloud Actions)",
     )
     cmd.add_argument(
         "--price",
