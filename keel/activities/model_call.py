@@ -58,8 +58,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# A running call beats three times per heartbeat timeout (every 0.67 s at Keel's 2 s default,
-# ``keel.workflows.activity_options.heartbeat_every_s``), and at most this long apart. It was
+# A running call beats three times per heartbeat timeout (every 10 s at Keel's 30 s default,
+# 0.67 s at 2 s: ``keel.workflows.activity_options.heartbeat_every_s``), and at most this
+# long apart. It was
 # 1 s (fresh heartbeat snapshots for readers that cannot reach the stream endpoint), which
 # kept a session that chose a longer timeout to save Actions at 9 heartbeats per 10 s call.
 HEARTBEAT_EVERY_S = 10.0

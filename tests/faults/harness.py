@@ -19,7 +19,7 @@ picked up (workflow or activity; observed in the history and in the pending acti
 ``turn_s``, from the kill to the turn's completion, and ``worker_start_s``, from the new
 worker's process start to its first poll of the task queue (``resume_s`` cannot be shorter).
 Dead activity attempts are given back by the new worker as it starts (its in-flight journal,
-``keel.worker.process.inflight``; the heartbeat timeout, 2 s, is the backstop); workflow
+``keel.worker.process.inflight``; the heartbeat timeout, 30 s, is the backstop); workflow
 tasks left on the dead worker's sticky queue move after ``KEEL_STICKY_TIMEOUT_S`` (1 s).
 ``--compare`` (``compare=True``) runs each kill point again with the 10 s heartbeat timeout
 and sticky queue from before issue 23.

@@ -27,9 +27,10 @@ RANDOM_KILLS = int(os.environ.get("KEEL_FAULT_RANDOM", "4"))
 SEED = int(os.environ.get("KEEL_FAULT_SEED", "7"))
 # How long after the new worker's first poll the session may go on: the new worker gives
 # the dead one's attempts back before it polls (its in-flight journal, which
-# tests/worker/test_inflight.py proves with a 120 s heartbeat timeout; here the 2 s default
-# is the backstop), then a 0.25 s retry backoff, or a 1 s sticky queue. With the 10 s sticky
-# queue from before issue 23, the workflow kill points take 7-10 s. Under CI's full load one
+# tests/worker/test_inflight.py proves with a 120 s heartbeat timeout; here the 30 s default
+# is the backstop, which no kill point may wait for), then a 0.25 s retry backoff, or a 1 s
+# sticky queue. With the 10 s sticky queue from before issue 23, the workflow kill points
+# take 7-10 s. Under CI's full load one
 # handover took 6.0 s (the new worker took 21.8 s to start).
 HANDOVER_BOUND_S = 6.5
 

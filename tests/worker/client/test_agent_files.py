@@ -276,6 +276,6 @@ def test_heartbeat_timeout_from_the_file_its_default_and_its_range(tmp_path: Pat
     cheap = load_agent_file(write(tmp_path, 'model = "scripted:x"\nheartbeat_timeout_s = 30\n'))
     assert cheap.config.heartbeat_timeout_s == 30
     plain = load_agent_file(write(tmp_path, 'model = "scripted:x"\n'))
-    assert plain.config.heartbeat_timeout_s is None  # Keel's default, 2 s
+    assert plain.config.heartbeat_timeout_s is None  # Keel's default, 30 s
     with pytest.raises(AgentFileError, match="heartbeat_timeout_s"):
         load_agent_file(write(tmp_path, 'model = "scripted:x"\nheartbeat_timeout_s = 0.1\n'))
