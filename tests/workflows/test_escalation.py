@@ -361,6 +361,16 @@ def test_the_escalate_flag_is_read_and_checked() -> None:
             escalation_steps([bad])
 
 
+def _refund_interrupt() -> Interrupt:
+    return Interrupt(
+        id="i1",
+        tool_use={"toolUseId": "t1", "name": "refund", "input": {}},
+        name="refund",
+        reason="r",
+        turn=1,
+    )
+
+
 def test_keel_pending_and_the_page_say_who_decides_and_the_next_step() -> None:
     from keel.worker.cli.console import escalation_lines, interrupt_json
     from keel.worker.ui.views import interrupts
@@ -369,13 +379,7 @@ def test_keel_pending_and_the_page_say_who_decides_and_the_next_step() -> None:
     config = _parent(
         escalate=[{"after_s": 60, "approvers": ["lead"]}, {"after_s": 120, "approvers": ["boss"]}]
     )
-    interrupt = Interrupt(
-        id="i1",
-        tool_use={"toolUseId": "t1", "name": "refund", "input": {}},
-        name="refund",
-        reason="r",
-        turn=1,
-    )
+    interrupt = _refund_interrupt()
     assert escalation_lines(interrupt) == [] and "may_decide" not in interrupt_json(interrupt)
     opened = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
     started(config, interrupt, opened)
@@ -399,13 +403,7 @@ def test_a_step_never_reads_as_come_before_it_was_due() -> None:
     from keel.workflows.escalation import escalate, started
 
     config = _parent(escalate=[{"after_s": 4, "approvers": ["lead"]}])
-    interrupt = Interrupt(
-        id="i1",
-        tool_use={"toolUseId": "t1", "name": "refund", "input": {}},
-        name="refund",
-        reason="r",
-        turn=1,
-    )
+    interrupt = _refund_interrupt()
     opened = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
     started(config, interrupt, opened)
     escalate(config, interrupt, opened)  # the clock of the task that opened it
