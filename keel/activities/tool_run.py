@@ -54,7 +54,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ToolActivities", "run_tool"]
 
-_HEARTBEAT_EVERY_S = 5.0
+# A running tool beats three times per heartbeat timeout, at most this long apart, as a model
+# call does: its beats only tell Temporal it lives (a cancel reaches it through the question
+# ``keel.activities.heartbeats`` asks every second). At 5 s, a 5 s tool paid a beat (an
+# Action) that a 30 s timeout does not need.
+_HEARTBEAT_EVERY_S = 10.0
 # One tool result must fit a Temporal payload (2 MB) with room for the rest of the request.
 MAX_RESULT_BYTES = 1_000_000
 _SYNC_TOOL_THREADS = 32
@@ -374,7 +378,7 @@ def _sync_executor() -> ThreadPoolExecutor:
 
 
 def _heartbeat_every_s() -> float:
-    """How often a running tool heartbeats: three times per heartbeat timeout, at most 5 s."""
+    """How often a running tool heartbeats: three times per heartbeat timeout, at most 10 s."""
     return heartbeat_every_s(activity.info().heartbeat_timeout, _HEARTBEAT_EVERY_S)
 
 

@@ -39,8 +39,9 @@ WORKER_LOST = "KeelWorkerLost"
 # - a cancel: a call that beats seldom asks Temporal every second whether it was cancelled
 #   (``keel.activities.heartbeats``; describe, not an Action);
 # - streamed text for readers that cannot reach the worker's stream endpoint: at the beats
-#   only (every 10 s). So the default is 30 s since issue 45 (2 s before; docs/performance.md,
-#   "Recovery against heartbeats").
+#   only (every 10 s; a model call and a tool beat at most 10 s apart).
+# So the default is 30 s since issue 45 (2 s before; docs/performance.md, "Recovery against
+# heartbeats").
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 HEARTBEATS_PER_TIMEOUT = 3
 # Before issue 23, 10 s (kept for the benchmark that compares the two).

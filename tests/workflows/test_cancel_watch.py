@@ -21,8 +21,8 @@ from keel.activities.heartbeats import CANCEL_CHECK_S
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 
-# At this timeout a model call beats every 10 s and a tool every 5 s: without the question,
-# a cancel 2.5 s into the model call waits 7.5 s for its next beat, 1.5 s into the tool 3.5 s.
+# At this timeout a model call and a tool beat every 10 s: without the question, a cancel
+# 2.5 s into the model call waits 7.5 s for its next beat, 1.5 s into the tool 8.5 s.
 TIMEOUT_S = 30.0
 
 
