@@ -53,7 +53,14 @@ class LoopHeartbeats:
         self._handle: asyncio.TimerHandle = self._loop.call_later(every_s, self._tick)
         self._stopped = False
         self._watch: asyncio.Task[None] | None = None
+        self._watch_start: asyncio.TimerHandle | None = None
         if every_s > CANCEL_CHECK_S:
+            # most calls end within the first second: they pay this timer, not a task and
+            # a request (the timer's callback runs in a copy of the activity's context)
+            self._watch_start = self._loop.call_later(CANCEL_CHECK_S, self._start_watch)
+
+    def _start_watch(self) -> None:
+        if not self._stopped:
             self._watch = _watch_for_cancel(self)
 
     def soon(self, delay_s: float) -> None:
@@ -81,6 +88,8 @@ class LoopHeartbeats:
         """No more beats (nor questions)."""
         self._stopped = True
         self._handle.cancel()
+        if self._watch_start is not None:
+            self._watch_start.cancel()
         if self._watch is not None:
             self._watch.cancel()
 
@@ -112,13 +121,14 @@ async def _ask_until_cancelled(
     request: wsv1.DescribeWorkflowExecutionRequest,
     activity_id: str,
 ) -> None:
-    """Ask every ``CANCEL_CHECK_S``; beat now once the activity's cancel is requested.
+    """Ask now and every ``CANCEL_CHECK_S``; beat now once the activity's cancel is requested.
 
     Or once its workflow is gone or closed. A failed question is asked again at the next check.
     """
+    running = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
+    requested = PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
     failing = False
     while True:
-        await asyncio.sleep(CANCEL_CHECK_S)
         try:
             described = await client.workflow_service.describe_workflow_execution(
                 request, retry=False, timeout=_CHECK_TIMEOUT
@@ -130,13 +140,12 @@ async def _ask_until_cancelled(
             if not failing:
                 logger.info("cannot ask whether activity %s was cancelled: %s", activity_id, err)
             failing = True
-            continue
-        failing = False
-        running = WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
-        requested = PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
-        if described.workflow_execution_info.status != running or any(
-            pending.activity_id == activity_id and pending.state == requested
-            for pending in described.pending_activities
-        ):
-            beats.soon(0)
-            return
+        else:
+            failing = False
+            if described.workflow_execution_info.status != running or any(
+                pending.activity_id == activity_id and pending.state == requested
+                for pending in described.pending_activities
+            ):
+                beats.soon(0)
+                return
+        await asyncio.sleep(CANCEL_CHECK_S)
