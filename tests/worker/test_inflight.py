@@ -322,3 +322,22 @@ async def test_a_dead_workers_journal_of_another_server_is_left_to_that_servers_
     assert await reclaim_lost(client, tmp_path) == 0
     assert (directory / dead.file).exists()
     assert left_running(directory / dead.file) == [b"a token of the other"]
+
+
+async def test_a_dead_workers_journal_with_nothing_running_is_removed_whatever_its_server(
+    client: Client, tmp_path: Path
+) -> None:
+    """Journals of other servers (an embedded server on another port, a test's) would pile
+    up, and every worker looks at each every second: one with nothing left running helps
+    nobody, so any worker removes it."""
+    directory = inflight_dir(tmp_path)
+    directory.mkdir(parents=True, mode=0o700)
+    token = base64.b64encode(b"ended")
+    for pid, server in (
+        (999_999_996, inflight.server_key("127.0.0.1:2", client.namespace)),
+        (999_999_995, inflight.client_server_key(client)),
+    ):
+        dead = JournalName(inflight._boot_key(), pid, 1, server)
+        (directory / dead.file).write_bytes(b"+" + token + b"\n-" + token + b"\n")
+    assert await reclaim_lost(client, tmp_path) == 0
+    assert list(directory.iterdir()) == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -75,6 +76,9 @@ def inflight_dir(state_home: str | os.PathLike[str]) -> Path:
     return Path(state_home) / INFLIGHT_DIR
 
 
+# Journals of dead workers of other servers that still name running attempts: read once,
+# then passed over by this process's later looks (a dead writer's journal changes no more).
+_passed_over: set[str] = set()
 # The server address of each namespace this process's workers reclaim for (``reclaiming``):
 # what a ``def`` activity, which has no client to ask, is journaled under.
 _targets: dict[str, str] = {}
@@ -90,6 +94,7 @@ def client_server_key(client: Client) -> str:
     return server_key(client.service_client.config.target_host, client.namespace)
 
 
+@functools.cache
 def _boot_key() -> str:
     """This machine's boot and host name.
 
@@ -299,12 +304,14 @@ async def reclaim_lost(client: Client, state_home: str | os.PathLike[str]) -> in
         return 0
     taken = 0
     for name in names:
+        if name in _passed_over:
+            continue
         parsed = JournalName.parse(_claimed_by_the_dead(name))
         if parsed is None or parsed.runs():
             continue
         path = directory / name
         if parsed.server != server:
-            _forget_if_old(path)
+            _forget(path, name)
             continue
         claimed = directory / f".{name}.{os.getpid()}"
         try:  # one worker reclaims a journal: the others find it gone
@@ -354,8 +361,18 @@ def _claimed_by_the_dead(name: str) -> str:
     return inner
 
 
-def _forget_if_old(path: Path) -> None:
-    """Remove a dead worker's journal of another server once it is old."""
+def _forget(path: Path, name: str) -> None:
+    """Remove a dead worker's journal of another server, or pass over it from now on.
+
+    Removed when nothing in it was left running (no worker needs it; a link is removed, not
+    what it points to) or once it is old; else passed over by this process's later looks
+    (its writer is dead: it changes no more).
+    """
     with contextlib.suppress(OSError):
+        if not left_running(path):
+            path.unlink()
+            return
         if time.time() - path.lstat().st_mtime > FORGET_AFTER_S:
             path.unlink()
+            return
+    _passed_over.add(name)

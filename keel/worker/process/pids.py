@@ -8,6 +8,7 @@ taken for alive, and started at 0.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -47,8 +48,12 @@ def started_at(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
 
 
+@functools.cache
 def boot_id() -> str:
-    """This boot of the machine (``/proc/sys/kernel/random/boot_id``); "" where unknown."""
+    """This boot of the machine (``/proc/sys/kernel/random/boot_id``); "" where unknown.
+
+    Read once: it cannot change while this process runs.
+    """
     try:
         return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
     except OSError:
