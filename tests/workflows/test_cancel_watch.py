@@ -80,6 +80,7 @@ async def test_a_model_call_and_a_tool_that_beat_seldom_learn_of_a_cancel_at_onc
         record = await keel.wait_turn(session, second.turn_id, timeout_s=30)
 
     assert record.status == "cancelled"
-    # the next question (a second at most) and its beat's answer, not the next regular beat
-    assert model < 2 * CANCEL_CHECK_S + 0.5, model
-    assert tool < 2 * CANCEL_CHECK_S + 0.5, tool
+    # the next question (a second at most) and its beat's answer, 0.2-1 s here; the next
+    # regular beat would be 7.5 s (model) and 8.5 s (tool) away: room for a loaded machine
+    assert model < 4 * CANCEL_CHECK_S, model
+    assert tool < 4 * CANCEL_CHECK_S, tool
