@@ -84,8 +84,12 @@ _passed_over: set[str] = set()
 _targets: dict[str, str] = {}
 
 
+@functools.lru_cache(maxsize=64)
 def server_key(target: str, namespace: str) -> str:
-    """A journal's server, in its file name: the server's address and the namespace, hashed."""
+    """A journal's server, in its file name: the server's address and the namespace, hashed.
+
+    Cached: every activity attempt asks it (``_Journaled``), with the same few pairs.
+    """
     return hashlib.sha256(f"{target}\n{namespace}".encode()).hexdigest()[:16]
 
 
