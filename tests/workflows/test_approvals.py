@@ -107,11 +107,12 @@ async def test_mixed_message_runs_the_free_tool_at_once_and_appends_together(
     async with run_worker():
         waiting = await interrupted(keel, session, config)
         for _ in range(100):  # the free tool finishes while the other waits for a human
-            if lines(target) == ["free"]:
+            # its line is written before its activity ends and the session records that
+            pending = await keel.pending(session)
+            if lines(target) == ["free"] and [u.toolUseId for u in pending.running] == ["held"]:
                 break
             await asyncio.sleep(0.05)
         assert lines(target) == ["free"]
-        pending = await keel.pending(session)
         assert [u.toolUseId for u in pending.running] == ["held"]
         assert pending.message is not None and len(tool_uses(pending.message)) == 2
         assert (await keel.state(session)).message_count == 1  # the deferred append waits
