@@ -644,6 +644,10 @@ async def kill_during_continue_as_new(run: Run, outcome: Outcome) -> None:
         )
 
     await run.until(calling_in_new_run, "a model call in the run after continue-as-new")
+    # Temporal says STARTED when it hands the task out, a moment before the worker journals
+    # the attempt; a kill in that moment is lost until the heartbeat timeout (30 s), which is
+    # not this point's case: the kill lands inside the 0.5 s call
+    await asyncio.sleep(0.2)
     killed = worker.kill()
     fresh = run.start_worker()
     outcome.resume_s = await run.resume_time(fresh, killed)
