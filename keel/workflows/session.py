@@ -92,6 +92,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from keel.workflows.sub_agents import CHILD_INTERRUPTS_SIGNAL, SubAgents, sub_agent_specs
     from keel.workflows.tool_gate import ToolGate
+    from keel.workflows.turn_waits import WAIT_TURN_UPDATE, TurnWaitInput, TurnWaits
 
 INPUT_REJECTED = "KeelInputRejected"
 STEERING_PREFIX = "[guidance from the user while you worked] "
@@ -136,6 +137,7 @@ class AgentSession:
         self._sub_agents = SubAgents(self._config, self._ledger, self._notifier)
         self._decisions = Decisions(self._config, self._ledger, self._answers, self._sub_agents)
         self._budgets = SessionBudgets(self._config, self._ledger)
+        self._turn_waits = TurnWaits(self._ledger)
         self._gate = ToolGate(
             self._config,
             self._ledger,
@@ -159,6 +161,17 @@ class AgentSession:
     @prompt.validator
     def _validate_prompt(self, input: RawInput[PromptInput | None] = None) -> None:
         self._requests.check_prompt(decode(input, PromptInput, "update prompt"))
+
+    @workflow.update(
+        name=WAIT_TURN_UPDATE, unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON
+    )
+    async def wait_turn(self, input: RawInput[TurnWaitInput | None] = None) -> TurnRecord:
+        """Answer once the turn has settled (or ended); earlier when the run hands over."""
+        return await self._turn_waits.wait(decode(input, TurnWaitInput, "update wait_turn"))
+
+    @wait_turn.validator
+    def _validate_wait_turn(self, input: RawInput[TurnWaitInput | None] = None) -> None:
+        self._turn_waits.check(decode(input, TurnWaitInput, "update wait_turn"))
 
     @workflow.update
     async def decide(self, input: RawInput[Decision | None] = None) -> InterruptAck:
@@ -623,6 +636,7 @@ class AgentSession:
 
     async def _continue_as_new(self) -> NoReturn:
         """Hand the ledger to a new run; nothing a client sent is lost."""
+        self._turn_waits.handing_over = True  # waiting clients are answered, then wait anew
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._continuing = True
         ledger = self._ledger

@@ -186,6 +186,10 @@ MALFORMED_UPDATES: list[tuple[str, Any, list[str]]] = [
     ("cancel", {"reason": 5}, ["reason:", "(got number)"]),
     ("revoke", {}, ["tool: Field required"]),
     ("tool_result", {"call_id": 5, "idempotency_key": "k"}, ["call_id:", "(got number)"]),
+    ("wait_turn", {"turn_id": "one"}, ["turn_id:", "valid integer"]),
+    ("wait_turn", {"turn_id": 1, "through": True}, ["through: Extra inputs are not permitted"]),
+    ("wait_turn", {"turn_id": 7}, ["no turn 7 in this session"]),
+    ("wait_turn", None, ["no input was given", "TurnWaitInput"]),
 ]
 
 

@@ -172,7 +172,9 @@ async def test_a_parked_session_keeps_its_status_across_continue_as_new(
             ),
             respond(text("done")),
         ],
-        continue_as_new_events=20,
+        # past the first cycle and the client's wait_turn update, so that the run continues
+        # as new while parked
+        continue_as_new_events=24,
     )
     session = sid()
     client = keel.client

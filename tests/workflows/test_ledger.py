@@ -73,6 +73,11 @@ RUN_LOCAL = {
     # the parts (each holds the configuration, the ledger, and other parts it works with)
     "_answers",
     "_answers._ledger",
+    # the wait_turn updates waiting in this run: answered before it continues as new
+    "_turn_waits",
+    "_turn_waits._ledger",
+    "_turn_waits.waiting",
+    "_turn_waits.handing_over",
     "_requests",
     "_requests._config",
     "_requests._ledger",

@@ -19,6 +19,7 @@ from keel import AgentSession, KeelClient, Message, RequestRejected, SessionConf
 from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import text_block, tool_uses
+from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import save_history
@@ -40,10 +41,30 @@ def no_dangling(messages: list[Message]) -> None:
 
 
 def update_events(history: WorkflowHistory) -> list[str]:
-    """The update events of a history, by kind (ACCEPTED, COMPLETED ...)."""
+    """The update events of a history, by kind (ACCEPTED, COMPLETED ...).
+
+    Without those of the ``wait_turn`` updates that waiting clients (``KeelClient.run``,
+    ``wait_turn``) send: they are the client's wait, not a message to the session.
+    """
     prefix = "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_"
-    names = [EventType.Name(e.event_type) for e in history.events]
-    return [n.removeprefix(prefix) for n in names if n.startswith(prefix)]
+    waits = {
+        e.workflow_execution_update_accepted_event_attributes.protocol_instance_id
+        for e in history.events
+        if e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        == WAIT_TURN_UPDATE
+    }
+    out = []
+    for event in history.events:
+        name = EventType.Name(event.event_type)
+        accepted = event.workflow_execution_update_accepted_event_attributes
+        completed = event.workflow_execution_update_completed_event_attributes
+        if not name.startswith(prefix) or {
+            accepted.protocol_instance_id,
+            completed.meta.update_id,
+        } & waits:
+            continue
+        out.append(name.removeprefix(prefix))
+    return out
 
 
 def result_texts(message: Message) -> list[tuple[str, str, str]]:

@@ -128,7 +128,7 @@ def _late(err: RPCError, missing: NoWorker) -> bool:
     return err.status in _TIMED_OUT and _polled(missing.workers)
 
 
-def _cancelling() -> bool:
+def cancelling() -> bool:
     """Whether the running task is being cancelled."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -331,7 +331,7 @@ class SessionCaller:
                 try:
                     return await self._call(session_id, send())
                 except RPCError as err:
-                    if not query or _cancelling():
+                    if not query or cancelling():
                         raise
                     start = await unstarted_input(self.client, session_id, err)
                     if start is not None:  # no worker can ever answer: a reader says so
@@ -351,7 +351,7 @@ class SessionCaller:
         except Exception:
             # temporalio reports an update cancelled by its caller as an error of its own;
             # a caller cancelled (Ctrl-C) must see its cancellation.
-            if _cancelling():
+            if cancelling():
                 raise asyncio.CancelledError from None
             raise
         finally:

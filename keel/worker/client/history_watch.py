@@ -37,6 +37,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.workflows.activity_options import JUDGE_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
+from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,16 @@ _SAID_AT_ONCE = frozenset(
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
     }
 )
+
+
+def _said_at_once(event: history.HistoryEvent) -> bool:
+    """Whether ``event`` is worth a query at once; a client's ``wait_turn`` changes nothing."""
+    if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+        return event.event_type in _SAID_AT_ONCE
+    accepted = event.workflow_execution_update_accepted_event_attributes.accepted_request
+    return accepted.input.name != WAIT_TURN_UPDATE
+
+
 # The events that end a run: what follows is another run, or nothing.
 CLOSED_EVENTS = frozenset(
     {
@@ -84,7 +95,7 @@ def query_delay(events: Sequence[history.HistoryEvent], lag_s: float | None) -> 
         return 0.0
     if EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in types:
         return None  # an activity ended or a task started: the state changes with its task
-    if types & _SAID_AT_ONCE:
+    if any(_said_at_once(event) for event in events):
         return 0.0  # KeelStatus changed (idle, waiting for a person), or a request came
     working = any(
         event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

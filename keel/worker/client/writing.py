@@ -9,11 +9,16 @@ answers, standing approvals) is ``SessionDecider``'s (``keel.worker.client.decid
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from temporalio.client import WithStartWorkflowOperation
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import (
     AutoUpgradeVersioningOverride,
     VersioningOverride,
@@ -21,10 +26,11 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from keel.activities.models import ModelSpecError, check_model_spec
 from keel.activities.structured import OutputSchemaError, check_output_schema
-from keel.worker.client.calls import within_limits
+from keel.worker.client.calls import cancelling, within_limits
 from keel.worker.client.errors import RequestRejected
 from keel.worker.client.history_watch import HistoryWatch
 from keel.worker.client.reading import SessionReader
@@ -44,11 +50,20 @@ from keel.workflows.contracts import (
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import ContentBlock, Message, text_block
 from keel.workflows.session import AgentSession
+from keel.workflows.turn_waits import (
+    TURN_ENDED,
+    TURN_SETTLED,
+    WAIT_TURN_UPDATE,
+    TurnWaitInput,
+)
 
-# A turn in one of these states is over.
-ENDED = frozenset({"completed", "failed", "cancelled"})
-# A turn in one of these states waits for nobody but a human, or is over.
-SETTLED = ENDED | {"awaiting_human"}
+logger = logging.getLogger(__name__)
+
+ENDED = TURN_ENDED
+SETTLED = TURN_SETTLED
+# Whether ``wait_turn`` first waits by the session's ``wait_turn`` update (tests of the
+# history watch turn it off).
+WAIT_BY_UPDATE = True
 # How late ``wait_turn`` may see a turn that settled in the workflow task that started more
 # model calls, tools or judges (the next queued prompt's), when a turn is queued behind it.
 WAIT_LAG_S = 5.0
@@ -200,12 +215,19 @@ class SessionWriter(SessionReader):
     ) -> TurnRecord:
         """Wait until a turn has ended or waits for a human.
 
-        Long-polls the session's history (``HistoryWatch``: not billed by Temporal Cloud,
-        nothing written) and asks the ``turn`` query (billed) only when the history says the
-        turn may have settled: when a workflow task ended without starting more of the turn's
-        work, or took an update (a prompt may have been queued). While the turn runs, it asks
-        whether a turn comes after it; only then is the turn looked at ``WAIT_LAG_S`` after
-        each task that started more work (the task that ends it may start the next one).
+        Looks at the turn once (the ``turn`` query, which also says whether a worker
+        answers); if it has not settled, sends the session's ``wait_turn`` update, which the
+        session answers once the turn settled: Temporal holds the request until then, so the
+        turn's end is seen as soon as the workflow task that ended it completes, for one
+        update (``keel.workflows.turn_waits``). When the session answers early or not at all
+        (its run continued as new, an older worker, too many waits, the run ended), the
+        history is long-polled instead (``HistoryWatch``: not billed by Temporal Cloud,
+        nothing written), with the ``turn`` query (billed) asked only when the history says
+        the turn may have settled: when a workflow task ended without starting more of the
+        turn's work, or took an update (a prompt may have been queued). While the turn runs,
+        it asks whether a turn comes after it; only then is the turn looked at
+        ``WAIT_LAG_S`` after each task that started more work (the task that ends it may
+        start the next one).
 
         Args:
             session_id: the session.
@@ -217,12 +239,35 @@ class SessionWriter(SessionReader):
         Raises:
             TimeoutError: ``timeout_s`` passed first.
         """
+        return await self._wait_turn(
+            session_id, turn_id, timeout_s, through_interrupts=through_interrupts, look=True
+        )
+
+    async def _wait_turn(
+        self,
+        session_id: str,
+        turn_id: int,
+        timeout_s: float | None,
+        *,
+        through_interrupts: bool = False,
+        look: bool,
+    ) -> TurnRecord:
+        """``wait_turn``; without ``look``, the update is sent at once (a worker answered)."""
+        wanted = ENDED if through_interrupts else SETTLED
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
+        if look:
+            record = await self.turn(session_id, turn_id)
+            if record.status in wanted:
+                return record
+        left = None if deadline is None else deadline - loop.time()
+        answer = await self._wait_by_update(session_id, turn_id, through_interrupts, left)
+        if answer is not None and answer.status in wanted:
+            return answer
         async with HistoryWatch(self.client, session_id, lag_s=None) as watch:
             while True:
                 record, later = await self._look(session_id, turn_id, queue=watch.lag_s is None)
-                if record.status in (ENDED if through_interrupts else SETTLED):
+                if record.status in wanted:
                     return record
                 if later:
                     watch.lag_s = WAIT_LAG_S  # the task that ends this turn may start that one
@@ -230,9 +275,34 @@ class SessionWriter(SessionReader):
                 if not await watch.wait(left):  # False once ``left`` has passed (or was gone)
                     raise TimeoutError(f"turn {turn_id} of {session_id!r} is still {record.status}")
 
-    async def _look(
-        self, session_id: str, turn_id: int, *, queue: bool
-    ) -> tuple[TurnRecord, bool]:
+    async def _wait_by_update(
+        self, session_id: str, turn_id: int, through_interrupts: bool, left: float | None
+    ) -> TurnRecord | None:
+        """The turn as the ``wait_turn`` update answers it; None when it did not answer.
+
+        None also when ``left`` passed first: the caller looks once more and says how the
+        turn stands.
+        """
+        if not WAIT_BY_UPDATE or (left is not None and left <= 0):
+            return None
+        wait = TurnWaitInput(turn_id=turn_id, through_interrupts=through_interrupts)
+        call = self.handle(session_id).execute_update(
+            WAIT_TURN_UPDATE, wait, result_type=TurnRecord
+        )
+        try:
+            return await (call if left is None else asyncio.wait_for(call, left))
+        except (
+            TimeoutError,
+            RPCError,
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+        ) as err:
+            if cancelling():  # the caller was cancelled (Ctrl-C): not a wait to go on with
+                raise asyncio.CancelledError from None
+            logger.debug("session %s did not answer wait_turn: %s", session_id, err)
+            return None
+
+    async def _look(self, session_id: str, turn_id: int, *, queue: bool) -> tuple[TurnRecord, bool]:
         """The turn's record and, when ``queue``, whether a turn comes after it: one query.
 
         With ``queue``, the ``state`` query (no messages, no events) answers both; a ``turn``
@@ -257,7 +327,8 @@ class SessionWriter(SessionReader):
     ) -> TurnRecord:
         """Send a prompt and wait for its turn to settle."""
         ack = await self.prompt(session_id, prompt, config=config, messages=messages)
-        return await self.wait_turn(session_id, ack.turn_id, timeout_s=timeout_s)
+        # a worker answered the prompt: no look first, the wait is sent at once
+        return await self._wait_turn(session_id, ack.turn_id, timeout_s, look=False)
 
     async def cancel(self, session_id: str, reason: str = "cancelled by user") -> CancelAck:
         """Cancel the running turn.

@@ -27,6 +27,7 @@ from keel import KeelClient
 from keel.worker.client import writing
 from keel.worker.client.history_watch import query_delay
 from keel.workflows.activity_options import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
+from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 
@@ -78,9 +79,12 @@ async def test_wait_turn_asks_nothing_while_the_turns_work_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Three cycles of 1.2 s model calls (4.8 s): the polling wait_turn asked about 12 times,
-    the lagging one once a step (7 with a 0.5 s lag); now the turn (and whether one comes
-    after it) once as it runs, and again at its end."""
+    the lagging one once a step (7 with a 0.5 s lag); the history watch, the way a client
+    waits when the session does not answer its ``wait_turn`` update, asks the turn (and
+    whether one comes after it) once as it runs, and again at its end. With the update, no
+    query at all (``tests/workflows/test_turn_waits.py``)."""
     monkeypatch.setattr(writing, "WAIT_LAG_S", 0.5)  # were it used, a query every step
+    monkeypatch.setattr(writing, "WAIT_BY_UPDATE", False)
     config = script(_slow_cycles(tmp_path, 3, 1.2))
     session = f"watch-{uuid.uuid4().hex[:8]}"
     async with run_worker(interceptors=[CountQueries()]):
@@ -100,8 +104,10 @@ async def test_wait_turn_sees_its_turn_end_in_the_task_that_starts_the_next(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A prompt queued behind the waited turn starts in the task that ends it: the history
-    shows only more work, so wait_turn, told of the queued turn, looks WAIT_LAG_S later."""
+    shows only more work, so wait_turn's history watch, told of the queued turn, looks
+    WAIT_LAG_S later (the ``wait_turn`` update, the session's own answer, needs no lag)."""
     monkeypatch.setattr(writing, "WAIT_LAG_S", 1.0)
+    monkeypatch.setattr(writing, "WAIT_BY_UPDATE", False)
     config = script([respond(text("first"), delay_s=1.5), respond(text("second"), delay_s=30)])
     session = f"queued-{uuid.uuid4().hex[:8]}"
     async with run_worker():
@@ -163,6 +169,11 @@ def test_query_delay_reads_what_a_workflow_task_did() -> None:
     assert query_delay([done, model, status], 1.0) == 0.0  # KeelStatus changed
     accepted = _event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
     assert query_delay([done, accepted, model], 1.0) == 0.0  # a prompt (or decision) came
+    waits = _event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    waits.workflow_execution_update_accepted_event_attributes.accepted_request.input.name = (
+        WAIT_TURN_UPDATE
+    )
+    assert query_delay([done, waits, model], 1.0) == 1.0  # a client waits: nothing changed
     assert query_delay([done, model], None) is None  # wait_turn: nothing while work runs
     assert query_delay([done], None) == 0.0
     for close in (
