@@ -206,7 +206,16 @@ class SessionReader(SessionCaller):
         )
         if end is not None:  # Temporal ended the run: its status, not the session's last word
             state = ended_state(state, end)
-        if include_messages and (state.base is not None or state.result_refs):
+        return await self._with_stored(session_id, state) if include_messages else state
+
+    async def _with_stored(self, session_id: str, state: SessionState) -> SessionState:
+        """``state`` with the messages and tool results it names in the store read back.
+
+        Raises:
+            StoreError: the state names stored messages, and there is no store or a message
+                cannot be read from it.
+        """
+        if state.base is not None or state.result_refs:
             store = self.store
             if store is None:
                 raise StoreError(
@@ -279,6 +288,7 @@ class SessionReader(SessionCaller):
         lag_s: float = FOLLOW_LAG_S,
         stop: Callable[[SessionState], bool] | None = None,
         nudge: asyncio.Event | None = None,
+        include_messages: bool = False,
     ) -> AsyncIterator[SessionState]:
         """Follow a session: its state (without messages) each time it may have changed.
 
@@ -301,9 +311,12 @@ class SessionReader(SessionCaller):
             lag_s: how late a state may be seen while the session's work runs.
             stop: called with every state yielded; True ends the iteration.
             nudge: set it to have the state asked now; it is cleared as that query is sent.
+            include_messages: each state with its conversation, as ``state`` reads it (the
+                web page renders from it), in the same query.
 
         Raises:
             SessionNotFound: no such session.
+            StoreError: with ``include_messages``, a stored message cannot be read.
         """
         handle = self.handle(session_id)
         loop = asyncio.get_running_loop()
@@ -318,7 +331,7 @@ class SessionReader(SessionCaller):
                 if ask:
                     if nudge is not None:
                         nudge.clear()  # this query answers it
-                    query = StateQuery(events_since=since, include_messages=False)
+                    query = StateQuery(events_since=since, include_messages=include_messages)
                     try:
                         state = await self._ask(
                             session_id,
@@ -335,6 +348,8 @@ class SessionReader(SessionCaller):
                         failing = True
                     else:
                         failing = False
+                        if include_messages:
+                            state = await self._with_stored(session_id, state)
                         # A log shorter than what was seen means the caller's ``since`` was
                         # too far.
                         since = max(since, state.event_count)
@@ -351,7 +366,7 @@ class SessionReader(SessionCaller):
                 if not checked or loop.time() - quiet_since >= LIVENESS_EVERY_S:
                     checked, quiet_since = True, loop.time()
                     if not await self._running(session_id):
-                        last = await self._last_state(session_id, since)
+                        last = await self._last_state(session_id, since, include_messages)
                         if last is not None:
                             yield last
                         return
@@ -359,7 +374,9 @@ class SessionReader(SessionCaller):
                 if ask:  # at most one query every poll_s
                     await asyncio.sleep(max(0.0, asked_at + poll_s - loop.time()))
 
-    async def _last_state(self, session_id: str, since: int) -> SessionState | None:
+    async def _last_state(
+        self, session_id: str, since: int, include_messages: bool = False
+    ) -> SessionState | None:
         """The state (events after ``since``) of a session Temporal ended, as it ended.
 
         None when Temporal did not end it (it closed, or continued as new), or it does not
@@ -368,7 +385,7 @@ class SessionReader(SessionCaller):
         end = await self.ended(session_id)
         if end is None:
             return None
-        query = StateQuery(events_since=since, include_messages=False)
+        query = StateQuery(events_since=since, include_messages=include_messages)
         try:
             state = await self.handle(session_id).query(
                 AgentSession.state, query, rpc_timeout=self.query_timeout or FOLLOW_QUERY_TIMEOUT
@@ -376,6 +393,8 @@ class SessionReader(SessionCaller):
         except (RPCError, WorkflowQueryFailedError) as err:
             logger.info("session %s ended (%s) and does not answer: %s", session_id, end.text, err)
             return None
+        if include_messages:
+            state = await self._with_stored(session_id, state)
         return ended_state(state, end)
 
     async def events(

@@ -34,6 +34,22 @@ from keel.worker.ui.problems import problem
 
 logger = logging.getLogger(__name__)
 
+# Events after which a session's effects table may read otherwise (a tool ran, an interrupt
+# opened or was decided, the turn ended or the run continued): the ``effects`` query is asked
+# again only after one of them.
+EFFECT_EVENTS = frozenset(
+    {
+        "tool_started",
+        "tool_finished",
+        "tool_retried",
+        "interrupt_created",
+        "interrupt_decided",
+        "interrupt_escalated",
+        "client_result_received",
+        "turn_ended",
+        "run_continued",
+    }
+)
 # How often the sessions list is read again, and a session's state.
 LIST_EVERY_S = 2.0
 SESSION_POLL_S = 0.3
@@ -173,13 +189,22 @@ async def _parts(
     """
     sent = dict(first.html)
     seen = (first.view.event_count, first.view.status)
+    last = first
     try:
-        async for state in keel.snapshots(session, seen[0], poll_s=SESSION_POLL_S):
+        async for state in keel.snapshots(
+            session, seen[0], poll_s=SESSION_POLL_S, include_messages=True
+        ):
             now = (state.event_count, state.status)
             if now == seen:
                 continue
             seen = now
-            fresh = await render_session(ui, keel, session, visit)
+            # rendered from the state just read (its messages came with it); the effects
+            # table is asked again only after events that can change it
+            same_effects = not any(e.type in EFFECT_EVENTS for e in state.events)
+            shown = state.model_copy(update={"events": [*last.retried, *state.events]})
+            fresh = last = await render_session(
+                ui, keel, session, visit, state=shown, effects=last if same_effects else None
+            )
             changed = {k: v for k, v in fresh.html.items() if sent.get(k) != v}
             if changed:
                 sent.update(changed)

@@ -26,7 +26,7 @@ from keel.worker.ui.views import (
     session_rows,
     session_view,
 )
-from keel.workflows.contracts import SessionState
+from keel.workflows.contracts import Event, SessionState
 from keel.workflows.effect_contracts import EffectRecord
 
 T = TypeVar("T")
@@ -42,28 +42,50 @@ class SessionParts:
 
     view: SessionView
     html: dict[str, str]
+    effects: list[EffectRecord] | None = None
+    retried: tuple[Event, ...] = ()
+    """The ``tool_retried`` events the view shows: a live page renders later states, which
+    carry only the events since, with these before them."""
 
 
 async def render_session(
-    ui: UiContext, keel: KeelClient, session: str, visit: Visit
+    ui: UiContext,
+    keel: KeelClient,
+    session: str,
+    visit: Visit,
+    state: SessionState | None = None,
+    effects: SessionParts | None = None,
 ) -> SessionParts:
     """Read a session and render each part of its page.
+
+    Args:
+        ui: the page's settings and templates.
+        keel: the client.
+        session: the session.
+        visit: who looks.
+        state: the session's state with its messages, when the caller has just read it
+            (the live page follows it): not read again.
+        effects: earlier parts whose effects table still holds (no tool ran or was decided
+            since): the ``effects`` query is not asked again.
 
     Raises:
         SessionNotFound, NoWorker, RPCError...: the session cannot be read (see ``problem``).
     """
-    state = await keel.state(session)
+    if state is None:
+        state = await keel.state(session)
     view = session_view(state)
+    records = effects.effects if effects is not None else await _effects(keel, state)
     values = {
         "view": view,
-        "effects": effects_table(await _effects(keel, state)),
+        "effects": effects_table(records),
         "csrf": visit.csrf,
         "name": visit.name,
         "identity": ui.identity(state.config, visit),
         "signs_as": ui.signer.approver_in(state.config) if ui.signer else None,
     }
     html = {part: ui.render(f"_{part}.html", **values) for part in SESSION_PARTS}
-    return SessionParts(view=view, html=html)
+    retried = tuple(e for e in state.events if e.type == "tool_retried")
+    return SessionParts(view=view, html=html, effects=records, retried=retried)
 
 
 async def _effects(keel: KeelClient, state: SessionState) -> list[EffectRecord] | None:
