@@ -5,8 +5,12 @@ Fixtures only; what tests import by name is in ``tests/helpers``.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +42,23 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    _private_state_home()
+
+
+def _private_state_home() -> None:
+    """Keep what the tests' workers and ``keel dev`` write for the user out of the user's home.
+
+    Workers journal their running attempts, and ``keel dev`` records its server, under
+    ``$XDG_STATE_HOME/keel`` (default ``~/.local/state``): every test run left its dead
+    workers' journals there, for every later worker on the machine to look through. Each
+    test process gets a state directory of its own, removed when it exits; a test that sets
+    ``XDG_STATE_HOME`` itself still does.
+    """
+    if "XDG_STATE_HOME" in os.environ:
+        return
+    home = tempfile.mkdtemp(prefix="keel-test-state-")
+    os.environ["XDG_STATE_HOME"] = home
+    atexit.register(shutil.rmtree, home, True)
 
 
 @pytest.fixture(scope="session")
