@@ -1,8 +1,10 @@
 """The paths of ``tests.benchmarks.real_model``: one model call made each way.
 
 ``direct`` (urllib, no Temporal), ``floor`` (a plain Temporal workflow and activity,
-``tests.benchmarks.real_model_floor``), ``keel`` (``KeelClient.run``) and ``keel_longpoll``
-(a Keel turn waited for by long-polling its history instead of ``wait_turn``'s polling).
+``tests.benchmarks.real_model_floor``), ``keel`` (``KeelClient.run``: the turn comes as the
+answer of the session's ``wait_turn`` update) and ``keel_longpoll`` (a Keel turn waited for by
+long-polling its history, the way ``KeelClient`` waits when a session does not answer that
+update).
 """
 
 from __future__ import annotations
