@@ -10,46 +10,15 @@ from __future__ import annotations
 import asyncio
 import http.client
 import uuid
-from collections import Counter
-from typing import Any
 from urllib.parse import urlsplit
-
-from temporalio.worker import (
-    ExecuteWorkflowInput,
-    HandleQueryInput,
-    Interceptor,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-)
 
 from keel import KeelClient
 from keel.worker.ui.app import create_app
 from keel.worker.ui.serving import ui_running
 from keel.worker.ui.source import KeelSource
+from tests.helpers.counting import CountAsked, asked
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text
-
-QUERIES: Counter[str] = Counter()
-
-
-class _Count(WorkflowInboundInterceptor):
-    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        return await super().execute_workflow(input)
-
-    def handle_query(self, input: HandleQueryInput) -> Any:
-        from temporalio import workflow
-
-        QUERIES[f"{input.query}:{workflow.info().workflow_id}"] += 1
-        return super().handle_query(input)
-
-
-class CountQueries(Interceptor):
-    """Counts the queries each session's workflow answers, by name."""
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        return _Count
 
 
 def _stream(url: str, path: str) -> str:
@@ -84,22 +53,22 @@ async def test_the_live_page_renders_changes_from_the_followed_state(
     )
     session = f"ui-live-{uuid.uuid4().hex[:8]}"
     async with (
-        run_worker(interceptors=[CountQueries()], max_cached_workflows=10),
+        run_worker(interceptors=[CountAsked()], max_cached_workflows=10),
         ui_running(create_app(KeelSource(keel)), "127.0.0.1", 0) as url,
     ):
         assert (await keel.run(session, "hi", config=config, timeout_s=30)).status == "completed"
-        before = Counter({k: v for k, v in QUERIES.items() if k.endswith(f":{session}")})
+        before = asked(session)
         reading = asyncio.create_task(asyncio.to_thread(_stream, url, f"/live/sessions/{session}"))
         await asyncio.sleep(1.0)  # the page has rendered once and follows
         await keel.prompt(session, "one")
         await keel.prompt(session, "two")
         await keel.close(session)
         seen = await asyncio.wait_for(reading, 60)
-    asked = Counter({k: v for k, v in QUERIES.items() if k.endswith(f":{session}")}) - before
+    answered = asked(session) - before
     assert "first answer" in seen and "second answer" in seen, seen
-    effects, states = asked[f"effects:{session}"], asked[f"state:{session}"]
+    effects, states = answered["query effects"], answered["query state"]
     # the first render, two turns' ends, the last render (and one for the closing, at most)
-    assert 2 <= effects <= 5, asked
+    assert 2 <= effects <= 5, answered
     # per change one state query with the messages; before, two and an effects query
     changes = seen.count("event: parts")
-    assert states <= changes + 3, (asked, changes)
+    assert states <= changes + 3, (answered, changes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,50 +17,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import (
-    ExecuteWorkflowInput,
-    HandleQueryInput,
-    HandleUpdateInput,
-    Interceptor,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-)
 
 from keel import KeelClient
 from keel.workflows.turn_waits import MAX_WAITING, WAIT_TURN_UPDATE
+from tests.helpers.counting import CountAsked, asked
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
 from tests.helpers.temporal import run_histories, save_history, temporal_cli
-
-ASKED: Counter[str] = Counter()
-
-
-class _Count(WorkflowInboundInterceptor):
-    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        return await super().execute_workflow(input)
-
-    def handle_query(self, input: HandleQueryInput) -> Any:
-        ASKED[f"query {input.query}:{_session()}"] += 1
-        return super().handle_query(input)
-
-    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
-        ASKED[f"update {input.update}:{_session()}"] += 1
-        return await super().handle_update_handler(input)
-
-
-def _session() -> str:
-    from temporalio import workflow
-
-    return workflow.info().workflow_id
-
-
-class CountAsked(Interceptor):
-    """Counts the queries and updates each session's workflow handles (replays included)."""
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        return _Count
 
 
 def sid() -> str:
@@ -110,9 +72,9 @@ async def test_run_sees_its_turn_end_by_one_update_and_asks_no_query(
         record = await keel.run(session, "go", config=config, timeout_s=60)
     assert record.status == "completed", record
     assert record.message is not None and record.message.content[0].text == "done"
-    asked = {k: v for k, v in ASKED.items() if k.endswith(f":{session}")}
-    assert not [k for k in asked if k.startswith("query ")], asked
-    assert asked.get(f"update {WAIT_TURN_UPDATE}:{session}", 0) >= 1, asked
+    answered = asked(session)
+    assert not [k for k in answered if k.startswith("query ")], answered
+    assert answered[f"update {WAIT_TURN_UPDATE}"] >= 1, answered
     (history,) = await run_histories(keel.client, session)
     assert len(_waits(history)) == 1
     assert [a["status"] for a in _answers(history)] == ["completed"]

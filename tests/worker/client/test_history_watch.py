@@ -8,54 +8,21 @@ session's workflow answers are counted here by a worker interceptor.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.worker import (
-    ExecuteWorkflowInput,
-    HandleQueryInput,
-    Interceptor,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-)
 
 from keel import KeelClient
 from keel.worker.client import writing
 from keel.worker.client.history_watch import query_delay
 from keel.workflows.activity_options import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
 from keel.workflows.turn_waits import WAIT_TURN_UPDATE
+from tests.helpers.counting import CountAsked, asked
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-
-QUERIES: Counter[str] = Counter()
-
-
-class _CountQueries(WorkflowInboundInterceptor):
-    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        return await super().execute_workflow(input)
-
-    async def handle_query(self, input: HandleQueryInput) -> Any:
-        QUERIES[f"{input.query}:{_session(input)}"] += 1
-        return await super().handle_query(input)
-
-
-def _session(_: HandleQueryInput) -> str:
-    from temporalio import workflow
-
-    return workflow.info().workflow_id
-
-
-class CountQueries(Interceptor):
-    """Counts the queries each session's workflow answers, by query name and session."""
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        return _CountQueries
 
 
 def _slow_cycles(tmp_path: Path, cycles: int, delay_s: float) -> list[dict[str, Any]]:
@@ -87,13 +54,14 @@ async def test_wait_turn_asks_nothing_while_the_turns_work_runs(
     monkeypatch.setattr(writing, "WAIT_BY_UPDATE", False)
     config = script(_slow_cycles(tmp_path, 3, 1.2))
     session = f"watch-{uuid.uuid4().hex[:8]}"
-    async with run_worker(interceptors=[CountQueries()]):
+    async with run_worker(interceptors=[CountAsked()]):
         record = await keel.run(session, "go", config=config, timeout_s=60)
     assert record.status == "completed", record
     assert (tmp_path / "out.txt").read_text().splitlines() == ["v0", "v1", "v2"]
     # the turn query, or the state query that also says whether a turn is queued behind it
-    asked = QUERIES[f"turn:{session}"] + QUERIES[f"state:{session}"]
-    assert 1 <= asked <= 3, f"wait_turn asked {asked} queries"
+    answered = asked(session)
+    queries = answered["query turn"] + answered["query state"]
+    assert 1 <= queries <= 3, f"wait_turn asked {queries} queries"
 
 
 async def test_wait_turn_sees_its_turn_end_in_the_task_that_starts_the_next(
@@ -127,7 +95,7 @@ async def test_a_follower_sees_every_event_with_a_query_per_slow_step(
     """Every event, in order, once; about one query per model call, not five a second."""
     config = script(_slow_cycles(tmp_path, 2, 1.5))
     session = f"follow-{uuid.uuid4().hex[:8]}"
-    async with run_worker(interceptors=[CountQueries()]):
+    async with run_worker(interceptors=[CountAsked()]):
         ack = await keel.prompt(session, "go", config=config)
         seen = []
         settled = None
@@ -142,9 +110,9 @@ async def test_a_follower_sees_every_event_with_a_query_per_slow_step(
     types = [e.type for e in seen]
     assert types.count("model_called") == 3 and types.count("tool_finished") == 2
     assert types[-1] == "turn_ended"
-    asked = QUERIES[f"state:{session}"]
+    queries = asked(session)["query state"]
     # 4.5 s of model calls: 22 queries at the old 0.2 s; one a call, and a few for the rest
-    assert 2 <= asked <= 8, f"the follower asked the state query {asked} times"
+    assert 2 <= queries <= 8, f"the follower asked the state query {queries} times"
 
 
 def _event(kind: EventType.ValueType, activity: str = "") -> HistoryEvent:
