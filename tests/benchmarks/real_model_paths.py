@@ -23,9 +23,9 @@ from temporalio.client import Client
 
 from keel import InferenceConfig, KeelClient, Message, SessionConfig, text_block
 from keel.activities.models.openai import OpenAIProvider
-from keel.worker.client.writing import SETTLED
 from keel.workflows.activity_contracts import ModelRequest
 from keel.workflows.contracts import TurnRecord
+from keel.workflows.turn_waits import TURN_SETTLED
 from tests.benchmarks import real_model_floor
 from tests.benchmarks.process_stats import cpu_seconds
 from tests.benchmarks.real_model_floor import Streamed, floor_call
@@ -65,7 +65,7 @@ async def turn_by_history(keel: KeelClient, session_id: str, turn_id: int) -> Tu
     async for event in handle.fetch_history_events(wait_new_event=True):
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             record = await keel.turn(session_id, turn_id)
-            if record.status in SETTLED:
+            if record.status in TURN_SETTLED:
                 return record
     raise RuntimeError(f"session {session_id!r} closed before turn {turn_id} settled")
 

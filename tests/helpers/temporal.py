@@ -19,6 +19,7 @@ from keel.worker.client.calls import SETTLE_DELAYS_S
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import find_temporal_cli, free_ports
 from keel.workflows.status_attribute import KEEL_STATUS
+from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
@@ -127,3 +128,13 @@ async def raw_decide(handle: WorkflowHandle[Any, Any], update: str, message: obj
             ):
                 raise
         await asyncio.sleep(delay)
+
+
+def wait_update_ids(history: WorkflowHistory) -> set[str]:
+    """The ids of the ``wait_turn`` updates (a client's wait) a run accepted."""
+    return {
+        e.workflow_execution_update_accepted_event_attributes.protocol_instance_id
+        for e in history.events
+        if e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        == WAIT_TURN_UPDATE
+    }

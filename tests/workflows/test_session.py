@@ -19,10 +19,9 @@ from keel import AgentSession, KeelClient, Message, RequestRejected, SessionConf
 from keel.workflows.contracts import PromptInput
 from keel.workflows.ledger import SessionInput
 from keel.workflows.messages import text_block, tool_uses
-from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import save_history
+from tests.helpers.temporal import save_history, wait_update_ids
 
 
 def sid() -> str:
@@ -47,21 +46,15 @@ def update_events(history: WorkflowHistory) -> list[str]:
     ``wait_turn``) send: they are the client's wait, not a message to the session.
     """
     prefix = "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_"
-    waits = {
-        e.workflow_execution_update_accepted_event_attributes.protocol_instance_id
-        for e in history.events
-        if e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        == WAIT_TURN_UPDATE
-    }
+    waits = wait_update_ids(history)
     out = []
     for event in history.events:
         name = EventType.Name(event.event_type)
-        accepted = event.workflow_execution_update_accepted_event_attributes
-        completed = event.workflow_execution_update_completed_event_attributes
-        if not name.startswith(prefix) or {
-            accepted.protocol_instance_id,
-            completed.meta.update_id,
-        } & waits:
+        update_id = (
+            event.workflow_execution_update_accepted_event_attributes.protocol_instance_id
+            or event.workflow_execution_update_completed_event_attributes.meta.update_id
+        )
+        if not name.startswith(prefix) or update_id in waits:
             continue
         out.append(name.removeprefix(prefix))
     return out

@@ -13,8 +13,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
@@ -23,30 +21,16 @@ from keel.workflows.turn_waits import MAX_WAITING, WAIT_TURN_UPDATE
 from tests.helpers.counting import CountAsked, asked
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import run_histories, save_history, temporal_cli
+from tests.helpers.temporal import run_histories, save_history, temporal_cli, wait_update_ids
 
 
 def sid() -> str:
     return f"waits-{uuid.uuid4().hex[:8]}"
 
 
-def _waits(history: WorkflowHistory) -> list[HistoryEvent]:
-    """The ``wait_turn`` updates the run accepted."""
-    return [
-        e
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-        and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        == WAIT_TURN_UPDATE
-    ]
-
-
 def _answers(history: WorkflowHistory) -> list[dict[str, Any]]:
     """The turn records the run's ``wait_turn`` updates answered with."""
-    ids = {
-        e.workflow_execution_update_accepted_event_attributes.protocol_instance_id
-        for e in _waits(history)
-    }
+    ids = wait_update_ids(history)
     out = []
     for e in history.events:
         done = e.workflow_execution_update_completed_event_attributes
@@ -76,7 +60,7 @@ async def test_run_sees_its_turn_end_by_one_update_and_asks_no_query(
     assert not [k for k in answered if k.startswith("query ")], answered
     assert answered[f"update {WAIT_TURN_UPDATE}"] >= 1, answered
     (history,) = await run_histories(keel.client, session)
-    assert len(_waits(history)) == 1
+    assert len(wait_update_ids(history)) == 1
     assert [a["status"] for a in _answers(history)] == ["completed"]
     await save_history(keel.client, session, "turn_wait_completed")
 
@@ -103,7 +87,7 @@ async def test_waits_past_the_limit_are_refused_and_wait_the_other_way(
             for _ in range(MAX_WAITING + 2)
         ]
         for _ in range(100):
-            if len(_waits(await handle.fetch_history())) >= MAX_WAITING:
+            if len(wait_update_ids(await handle.fetch_history())) >= MAX_WAITING:
                 break
             await asyncio.sleep(0.05)
         sent = await temporal_cli(
@@ -115,7 +99,7 @@ async def test_waits_past_the_limit_are_refused_and_wait_the_other_way(
     assert sent.returncode != 0, sent.stdout
     assert f"{MAX_WAITING} waits are waiting already" in sent.stderr, sent.stderr
     assert [r.status for r in records] == ["completed"] * (MAX_WAITING + 2)
-    assert len(_waits(history)) == MAX_WAITING
+    assert len(wait_update_ids(history)) == MAX_WAITING
     assert [a["status"] for a in _answers(history)] == ["completed"] * MAX_WAITING
 
 

@@ -22,10 +22,10 @@ from keel.worker.client.effects_listing import retried_text
 from keel.worker.client.errors import SessionNotFound
 from keel.worker.client.keel_client import KeelClient
 from keel.worker.client.streams import TextChunk
-from keel.worker.client.writing import SETTLED
 from keel.workflows.contracts import Event, SessionState, TurnRecord
 from keel.workflows.cost import dollars
 from keel.workflows.interrupt_kinds import KINDS
+from keel.workflows.turn_waits import TURN_SETTLED
 
 # How long an event that ends a model call waits for the last of that call's text.
 TEXT_END_WAIT_S = 1.0
@@ -270,7 +270,7 @@ class Follower:
         def stop(state: SessionState) -> bool:
             nonlocal settled
             record = next((t for t in state.turns if t.turn_id == turn_id), None)
-            if record is not None and record.status in SETTLED:
+            if record is not None and record.status in TURN_SETTLED:
                 settled = record
             return settled is not None
 

@@ -59,8 +59,6 @@ from keel.workflows.turn_waits import (
 
 logger = logging.getLogger(__name__)
 
-ENDED = TURN_ENDED
-SETTLED = TURN_SETTLED
 # Whether ``wait_turn`` first waits by the session's ``wait_turn`` update (tests of the
 # history watch turn it off).
 WAIT_BY_UPDATE = True
@@ -253,7 +251,7 @@ class SessionWriter(SessionReader):
         look: bool,
     ) -> TurnRecord:
         """``wait_turn``; without ``look``, the update is sent at once (a worker answered)."""
-        wanted = ENDED if through_interrupts else SETTLED
+        wanted = TURN_ENDED if through_interrupts else TURN_SETTLED
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         if look:
