@@ -203,7 +203,7 @@ async def _parts(
             same_effects = not any(e.type in EFFECT_EVENTS for e in state.events)
             shown = state.model_copy(update={"events": [*last.retried, *state.events]})
             fresh = last = await render_session(
-                ui, keel, session, visit, state=shown, effects=last if same_effects else None
+                ui, keel, session, visit, state=shown, effects_of=last if same_effects else None
             )
             changed = {k: v for k, v in fresh.html.items() if sent.get(k) != v}
             if changed:

@@ -54,7 +54,7 @@ async def render_session(
     session: str,
     visit: Visit,
     state: SessionState | None = None,
-    effects: SessionParts | None = None,
+    effects_of: SessionParts | None = None,
 ) -> SessionParts:
     """Read a session and render each part of its page.
 
@@ -65,7 +65,7 @@ async def render_session(
         visit: who looks.
         state: the session's state with its messages, when the caller has just read it
             (the live page follows it): not read again.
-        effects: earlier parts whose effects table still holds (no tool ran or was decided
+        effects_of: earlier parts whose effects table still holds (no tool ran or was decided
             since): the ``effects`` query is not asked again.
 
     Raises:
@@ -74,7 +74,7 @@ async def render_session(
     if state is None:
         state = await keel.state(session)
     view = session_view(state)
-    records = effects.effects if effects is not None else await _effects(keel, state)
+    records = effects_of.effects if effects_of is not None else await _effects(keel, state)
     values = {
         "view": view,
         "effects": effects_table(records),
