@@ -6,6 +6,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from keel.activities.mcp import McpServerConfig
 from keel.activities.store import open_store
@@ -42,9 +43,20 @@ async def require_lasting_server(settings: Settings, what: str) -> None:
     )
 
 
-def say_waiting(wait: WorkerWait) -> None:
-    """Tell the person on stderr that a request waits for a worker."""
-    hint = "" if wait.failing is not None else f"; {START_A_WORKER}"
+def say_waiting(wait: WorkerWait, *, own_worker: bool = False) -> None:
+    """Tell the person on stderr that a request waits for a worker.
+
+    Args:
+        wait: what the request waits for.
+        own_worker: the command runs the session's worker itself (an embedded server): it
+            is slow to answer, so starting another is not the remedy the line suggests.
+    """
+    if wait.failing is not None:
+        hint = ""
+    elif own_worker:
+        hint = "; this command runs that worker itself, which has not answered yet"
+    else:
+        hint = f"; {START_A_WORKER}"
     end_streamed_line(sys.stderr)  # not in the middle of a model's streamed text
     print(f"keel: {wait}{hint}", file=sys.stderr, flush=True)
 
@@ -65,7 +77,9 @@ def keel_client(connection: TemporalConnection, *, wait_for_worker: bool) -> Kee
         open_store(settings.store, settings.keyring()),
         query_timeout_s=QUERY_TIMEOUT_S,
         wait_for_worker=wait_for_worker,
-        on_waiting=say_waiting if wait_for_worker else None,
+        on_waiting=partial(say_waiting, own_worker=connection.embedded)
+        if wait_for_worker
+        else None,
     )
 
 
