@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from keel.worker.client.calls import SETTLE_DELAYS_S
 from keel.worker.payloads import DATA_CONVERTER
-from keel.worker.server.devserver import find_temporal_cli, free_ports
+from keel.worker.server.devserver import SERVER_SETTINGS, find_temporal_cli, free_ports
 from keel.workflows.status_attribute import KEEL_STATUS
 from keel.workflows.turn_waits import WAIT_TURN_UPDATE
 
@@ -55,6 +55,8 @@ async def dev_server(*, keel_status: bool = True) -> AsyncIterator[WorkflowEnvir
         data_converter=DATA_CONVERTER,
         dev_server_log_level="error",
         search_attributes=[KEEL_STATUS] if keel_status else [],
+        # as keel dev's: a stopping worker loses no task the server hands it (devserver.py)
+        dev_server_extra_args=[a for v in SERVER_SETTINGS for a in ("--dynamic-config-value", v)],
     )
     try:
         yield env

