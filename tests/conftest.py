@@ -27,6 +27,7 @@ from keel.activities.store import Keyring
 from keel.worker.payloads import data_converter
 from keel.worker.process.assembly import build_worker
 from tests.helpers.fixture_types import RunWorker, Script
+from tests.helpers.scheduling import longest_first
 from tests.helpers.scripts import JUDGES, SAMPLE_TOOLS, write_script
 from tests.helpers.temporal import dev_server
 
@@ -43,6 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     _private_state_home()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest test files first, for xdist to hand out (``tests/helpers/scheduling.py``)."""
+    longest_first(items)
 
 
 def _private_state_home() -> None:
