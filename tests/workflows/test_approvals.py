@@ -398,26 +398,45 @@ async def approve_as_soon_as_shown(
     tmp_path: Path,
     send: Any,
     turns: int = 40,
+    lanes: int = 4,
 ) -> None:
-    """Turns that each park one approval, approved with ``send`` the moment it shows."""
+    """Turns that each park one approval, approved with ``send`` the moment it shows.
+
+    ``lanes`` sessions at a time, each turn its own session: the race is within one
+    session's tasks, and the worker replays every task (it caches nothing) as before.
+    """
+
+    async def turn(i: int) -> None:
+        target = tmp_path / f"out{i}.txt"
+        config = script(
+            [
+                respond(
+                    tool_use("g1", "guarded_record", path=str(target), value="v"),
+                    stop="tool_use",
+                ),
+                respond(text("done")),
+            ]
+        )
+        session = sid()
+        ack = await keel.prompt(session, "go", config=config)
+        # the interrupt the moment a query shows it, as a person's screen polling would: the
+        # query can replay the model call's result before the task that opens it has run
+        # (keel.run's wait_turn answers only once that task completed: no race to see)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not (shown := (await keel.pending(session)).interrupts):
+            assert asyncio.get_running_loop().time() < deadline, (i, "no interrupt in 30 s")
+            await asyncio.sleep(0.005)
+        await send(session, shown[0].id, "approve")
+        done = await keel.wait_turn(session, ack.turn_id, timeout_s=15)
+        assert done.status == "completed", (i, done)
+        assert lines(target) == ["v"]
+
+    async def lane(first: int) -> None:
+        for i in range(first, turns, lanes):
+            await turn(i)
+
     async with run_worker():
-        for i in range(turns):
-            target = tmp_path / f"out{i}.txt"
-            config = script(
-                [
-                    respond(
-                        tool_use("g1", "guarded_record", path=str(target), value="v"),
-                        stop="tool_use",
-                    ),
-                    respond(text("done")),
-                ]
-            )
-            session = sid()
-            waiting = await interrupted(keel, session, config)
-            await send(session, waiting.interrupts[0].id, "approve")
-            done = await keel.wait_turn(session, waiting.turn_id, timeout_s=15)
-            assert done.status == "completed", (i, done)
-            assert lines(target) == ["v"]
+        await asyncio.gather(*(lane(k) for k in range(lanes)))
 
 
 async def test_only_an_interrupt_not_there_yet_is_asked_again() -> None:
