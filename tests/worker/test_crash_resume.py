@@ -62,6 +62,8 @@ def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
             model,
             "--tools",
             SAMPLE_TOOLS,
+            "--heartbeat-timeout",
+            "600",
             "start",
         ],
         env=env,
@@ -81,6 +83,9 @@ def test_resume_after_keel_run_is_killed_mid_turn(tmp_path: Path) -> None:
     orphan = json.loads(record_path(home).read_text())["server_pid"]
     assert orphan in processes_mentioning(str(home))  # the server outlived its owner
 
+    # the new worker gives the dead one's slow tool back from its journal at once, though
+    # its embedded server listens on another port (the same database, so the same cluster
+    # id): with a 10-minute heartbeat timeout, nothing else would within the 120 s
     second = keel("run", "--json", "--session", "crashy", "next", env=env, timeout=120)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["message"]["content"] == [{"text": "turn two done"}]

@@ -5,8 +5,10 @@ heartbeat timeout passes, and each heartbeat that keeps a live attempt alive is 
 Temporal Cloud Action). Keel's workers also keep a journal of the attempts they run: a line
 when one starts and one when it ends, in the user's state directory
 (``$XDG_STATE_HOME/keel/inflight/``, default ``~/.local/state``), one file per worker process
-and Temporal server (its address and namespace: two dev servers on one machine both have a
-``default`` namespace, and a task token of one means nothing to the other). A worker that
+and Temporal server (its cluster id, or its address when the server does not say, and the
+namespace: two dev servers on one machine both have a ``default`` namespace, and a task token
+of one means nothing to the other; a ``keel run`` started again after a crash starts its
+embedded server on another port, on the same database, with the same cluster id). A worker that
 starts reads the journals of processes that are gone (their pid,
 start time and boot no longer run) and fails each attempt they left running
 (``RespondActivityTaskFailed`` with its task token; error type ``KeelWorkerLost``, which
@@ -43,7 +45,10 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.failure.v1 import Failure
-from temporalio.api.workflowservice.v1 import RespondActivityTaskFailedRequest
+from temporalio.api.workflowservice.v1 import (
+    GetClusterInfoRequest,
+    RespondActivityTaskFailedRequest,
+)
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -82,20 +87,48 @@ _passed_over: set[str] = set()
 # The server address of each namespace this process's workers reclaim for (``reclaiming``):
 # what a ``def`` activity, which has no client to ask, is journaled under.
 _targets: dict[str, str] = {}
+# The cluster id of each server address this process's workers reclaim for, as the server
+# said (``reclaiming``); an address it is missing for stands for itself.
+_clusters: dict[str, str] = {}
+
+
+def server_key(target: str, namespace: str) -> str:
+    """A journal's server, in its file name: the server's cluster id and the namespace, hashed.
+
+    The address ``target`` stands in for a cluster id its server did not give.
+    """
+    return _hashed(_clusters.get(target, target), namespace)
 
 
 @functools.lru_cache(maxsize=64)
-def server_key(target: str, namespace: str) -> str:
-    """A journal's server, in its file name: the server's address and the namespace, hashed.
-
-    Cached: every activity attempt asks it (``_Journaled``), with the same few pairs.
-    """
-    return hashlib.sha256(f"{target}\n{namespace}".encode()).hexdigest()[:16]
+def _hashed(server: str, namespace: str) -> str:
+    """Cached: every activity attempt asks it (``_Journaled``), with the same few pairs."""
+    return hashlib.sha256(f"{server}\n{namespace}".encode()).hexdigest()[:16]
 
 
 def client_server_key(client: Client) -> str:
     """``server_key`` of the server and namespace ``client`` talks to."""
     return server_key(client.service_client.config.target_host, client.namespace)
+
+
+async def learn_cluster(client: Client) -> None:
+    """Ask ``client``'s server for its cluster id, which stays with its database.
+
+    A server that does not answer (a permission, an old server) leaves its address as its
+    name: journals then serve a worker that comes back on the same address only.
+    """
+    target = client.service_client.config.target_host
+    try:
+        info = await client.workflow_service.get_cluster_info(
+            GetClusterInfoRequest(), timeout=_RPC_TIMEOUT
+        )
+    except RPCError as err:
+        logger.info(
+            "the server at %s gives no cluster id (%s): journals name it by address", target, err
+        )
+        return
+    if info.cluster_id:
+        _clusters[target] = info.cluster_id
 
 
 @functools.cache
@@ -278,6 +311,7 @@ async def reclaiming(client: Client, state_home: str | os.PathLike[str]) -> Asyn
     moment later.
     """
     _targets[client.namespace] = client.service_client.config.target_host
+    await learn_cluster(client)
     await reclaim_lost(client, state_home)
 
     async def again() -> None:
