@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory, WorkflowU
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from keel import Interrupt, KeelClient
 from keel.worker.client.calls import SETTLE_DELAYS_S
 from keel.worker.payloads import DATA_CONVERTER
 from keel.worker.server.devserver import SERVER_SETTINGS, find_temporal_cli, free_ports
@@ -140,3 +141,18 @@ def wait_update_ids(history: WorkflowHistory) -> set[str]:
         if e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
         == WAIT_TURN_UPDATE
     }
+
+
+async def interrupt_as_shown(keel: KeelClient, session: str, timeout_s: float = 30) -> Interrupt:
+    """The session's first interrupt, the moment its ``pending`` query shows it.
+
+    As a person's screen polling would see it: a query can replay the model call's result
+    before the workflow task that opens the interrupt has run, which is the race a decision
+    sent at once meets. ``KeelClient.run`` and ``wait_turn`` wait by the ``wait_turn``
+    update, answered only once that task completed: they never see that moment.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (shown := (await keel.pending(session)).interrupts):
+        assert asyncio.get_running_loop().time() < deadline, f"no interrupt in {timeout_s} s"
+        await asyncio.sleep(0.005)
+    return shown[0]

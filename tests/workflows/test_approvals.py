@@ -14,7 +14,7 @@ from keel import KeelClient, RequestRejected, SessionNotFound, TurnRecord
 from keel.workflows.messages import tool_uses
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import save_history
+from tests.helpers.temporal import interrupt_as_shown, save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
 
 
@@ -419,14 +419,7 @@ async def approve_as_soon_as_shown(
         )
         session = sid()
         ack = await keel.prompt(session, "go", config=config)
-        # the interrupt the moment a query shows it, as a person's screen polling would: the
-        # query can replay the model call's result before the task that opens it has run
-        # (keel.run's wait_turn answers only once that task completed: no race to see)
-        deadline = asyncio.get_running_loop().time() + 30
-        while not (shown := (await keel.pending(session)).interrupts):
-            assert asyncio.get_running_loop().time() < deadline, (i, "no interrupt in 30 s")
-            await asyncio.sleep(0.005)
-        await send(session, shown[0].id, "approve")
+        await send(session, (await interrupt_as_shown(keel, session)).id, "approve")
         done = await keel.wait_turn(session, ack.turn_id, timeout_s=15)
         assert done.status == "completed", (i, done)
         assert lines(target) == ["v"]

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from keel import KeelClient, RequestRejected, TurnRecord
 from tests.helpers.fixture_types import RunWorker, Script
 from tests.helpers.scripts import respond, text, tool_use
-from tests.helpers.temporal import save_history
+from tests.helpers.temporal import interrupt_as_shown, save_history
 from tests.workflows.test_session import no_dangling, result_texts, update_events
 
 
@@ -334,12 +334,8 @@ async def test_an_answer_sent_as_soon_as_the_question_shows_is_taken(
             )
             session = sid()
             ack = await keel.prompt(session, "buy food", config=config)
-            # by queries, as a screen polls: a wait_turn update would give the task that
-            # opens the question a command of its own (its answer), which hides the race
-            deadline = asyncio.get_running_loop().time() + 30
-            while not (shown := (await keel.pending(session)).interrupts):
-                assert asyncio.get_running_loop().time() < deadline, (i, "no question in 30 s")
-                await asyncio.sleep(0.005)
-            await keel.respond(session, shown[0].id, "checking")
+            # by queries: a wait_turn update would give the task that opens the question a
+            # command of its own (its answer), which hides the race
+            await keel.respond(session, (await interrupt_as_shown(keel, session)).id, "checking")
             done = await keel.wait_turn(session, ack.turn_id, timeout_s=30)
             assert done.status == "completed", (i, done)
