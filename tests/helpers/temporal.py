@@ -149,10 +149,12 @@ async def interrupt_as_shown(keel: KeelClient, session: str, timeout_s: float = 
     As a person's screen polling would see it: a query can replay the model call's result
     before the workflow task that opens the interrupt has run, which is the race a decision
     sent at once meets. ``KeelClient.run`` and ``wait_turn`` wait by the ``wait_turn``
-    update, answered only once that task completed: they never see that moment.
+    update, answered only once that task completed: they never see that moment. Every
+    25 ms: with the held-signal code removed, the 80-turn signal test still fails by its
+    4th to 14th turn (3 of 3), and each query replays the session on a test worker.
     """
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not (shown := (await keel.pending(session)).interrupts):
         assert asyncio.get_running_loop().time() < deadline, f"no interrupt in {timeout_s} s"
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.025)
     return shown[0]
